@@ -1,0 +1,28 @@
+#include "mpsc.h"
+
+#include <stddef.h>
+
+void mpsc_init(mpsc_t *q) {
+  atomic_init(&q->top, NULL);
+}
+
+bool mpsc_push(mpsc_t *q, mpsc_node_t *node) {
+  mpsc_node_t *top = atomic_load_explicit(&q->top, memory_order_relaxed);
+  do {
+    node->next = top;
+  } while (!atomic_compare_exchange_weak_explicit(&q->top, &top, node, memory_order_release,
+                                                  memory_order_relaxed));
+  return top == NULL;
+}
+
+mpsc_node_t *mpsc_take_all(mpsc_t *q) {
+  mpsc_node_t *node = atomic_exchange_explicit(&q->top, NULL, memory_order_acquire);
+  mpsc_node_t *oldest_first = NULL;
+  while (node != NULL) {
+    mpsc_node_t *next = node->next;
+    node->next = oldest_first;
+    oldest_first = node;
+    node = next;
+  }
+  return oldest_first;
+}

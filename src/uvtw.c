@@ -1,0 +1,610 @@
+/* The libuv glue: the public API on top of the pure wheel (wheel.c) and the
+ * cross-thread queue (mpsc.c).
+ *
+ * One uv_timer_t is armed to the wheel's earliest deadline and stopped when
+ * nothing is pending, so its being active is what keeps the loop alive,
+ * exactly as for a uv_timer_t. Its callback advances the wheel to uv_now()
+ * and runs every due callback (a "pass"), then re-arms once.
+ *
+ * An entry made due from inside a pass waits for the next loop iteration. It
+ * is not enough to arm the uv_timer_t with timeout 0 from inside its own
+ * callback: libuv before 1.45 runs such a timer again in the same
+ * uv__run_timers loop, so a callback restarting itself with 0 would starve
+ * the loop. Instead the pass "kicks" the wheel's own uv_async_t; its callback
+ * runs in this iteration's poll phase, outside the timer phase, and arms the
+ * timer there, which fires in the next timer phase. Same behaviour on every
+ * libuv version, at the cost of one eventfd write only in that case.
+ *
+ * Tasks (uvtw_schedule) are entries like timers: a task embeds a uvtw_timer_t
+ * whose callback pointer is the private marker `task_entry`. From other
+ * threads they travel through the MPSC queue; the loop thread inserts its own
+ * directly. A task's life is an atomic state:
+ *
+ *     QUEUED --(loop takes it in)--> IN_WHEEL --(loop fires it)--> FIRED
+ *        \                              \--(wheel closes)--------> FIRED
+ *         \--(cancel)--> CANCELLED  <---(cancel)--/
+ *
+ * Cancel and fire race only through compare-and-swap on that state, so
+ * exactly one of "cancel returned 0" and "callback ran" happens. Memory is
+ * reference counted: the loop holds one reference until it is done with the
+ * task, the ticket holder one until uvtw_ticket_release, and a cancel that
+ * sends a message (so the loop unlinks the task at once, not at its
+ * deadline) one until the loop has read it. The queue node carries first the
+ * "take me in" message and then, if cancelled while in the wheel, the
+ * "drop me" message; the loop tells them apart by the state (QUEUED or not)
+ * and by whether the entry is linked.
+ *
+ * The part other threads touch (queue, gate, counters) is a separate
+ * allocation, `shared_t`, that lives until the wheel and every task are gone,
+ * so tickets stay safe after the wheel closes. Producers pass a "gate": a
+ * closed bit plus a count of producers inside. Close sets the bit and waits
+ * for the count to drain (each producer is inside for a push and an
+ * uv_async_send only), after which no thread touches the wheel's handles.
+ */
+#include <assert.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "mpsc.h"
+#include "uvtw.h"
+#include "wheel.h"
+
+#define container_of(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+enum task_state { TASK_QUEUED, TASK_IN_WHEEL, TASK_CANCELLED, TASK_FIRED };
+
+typedef struct shared_s {
+  mpsc_t queue;
+  _Atomic uint64_t gate;         /* bit 0: closed; bits 1..: producers inside */
+  _Atomic uint32_t refs;         /* the wheel's + one per live task */
+  _Atomic uint32_t pending;      /* tasks not yet run nor cancelled (max_pending) */
+  uint32_t max_pending;          /* 0: unlimited, `pending` not kept */
+  _Atomic uint64_t tasks_active; /* taken in, neither run nor cancelled */
+  _Atomic uint64_t cancels_won;
+  uvtw_wheel_t *wheel;           /* only dereferenced inside the gate */
+} shared_t;
+
+struct uvtw_ticket_s {
+  uvtw_timer_t timer; /* the wheel entry; timer.cb_ == task_entry */
+  mpsc_node_t node;
+  _Atomic int state;
+  _Atomic int refs;
+  uvtw_task_cb cb;
+  void *arg;
+  uint64_t deadline; /* ticks */
+  shared_t *shared;
+};
+
+struct uvtw_wheel_s {
+  uv_loop_t *loop;
+  shared_t *shared;
+  uint32_t tick_ms;
+  bool in_pass;      /* inside the uv_timer_t callback's advance */
+  bool closing;
+  bool timer_armed;
+  int handles_open;
+  uint64_t armed;    /* the deadline (ticks) the uv_timer_t is armed for */
+  uint64_t timers_active;
+  uv_thread_t loop_thread;
+  uvtw_close_cb close_cb;
+  void *close_arg;
+  uvtw_stats_t stats; /* loop-side counters; active/stopped completed on read */
+  uv_timer_t timer;
+  uv_async_t async;
+  wheel_t wheel;
+};
+
+/* Marks an entry as a task; never called. */
+static void task_entry(uvtw_timer_t *timer) {
+  (void)timer;
+  assert(!"task_entry is a marker");
+}
+
+/* ---- time ---------------------------------------------------------------- */
+
+static inline uint64_t add_saturating(uint64_t a, uint64_t b) {
+  uint64_t sum = a + b;
+  return sum < a ? UINT64_MAX : sum;
+}
+
+/* A deadline in ms to ticks, rounded up; UINT64_MAX (saturated) stays. */
+static inline uint64_t ticks_of_ms(const uvtw_wheel_t *w, uint64_t ms) {
+  if (w->tick_ms == 1 || ms == UINT64_MAX)
+    return ms;
+  return ms / w->tick_ms + (ms % w->tick_ms != 0);
+}
+
+static inline uint64_t ms_of_ticks(const uvtw_wheel_t *w, uint64_t ticks) {
+  if (w->tick_ms == 1)
+    return ticks;
+  return ticks > UINT64_MAX / w->tick_ms ? UINT64_MAX : ticks * w->tick_ms;
+}
+
+static inline uint64_t now_ticks(const uvtw_wheel_t *w) {
+  uint64_t now = uv_now(w->loop);
+  return w->tick_ms == 1 ? now : now / w->tick_ms;
+}
+
+/* ---- arming the uv_timer_t ----------------------------------------------- */
+
+static void on_timer(uv_timer_t *handle);
+
+static void arm(uvtw_wheel_t *w, uint64_t deadline) {
+  uint64_t due = ms_of_ticks(w, deadline);
+  uint64_t now = uv_now(w->loop);
+  uv_timer_start(&w->timer, on_timer, due > now ? due - now : 0, 0);
+  w->timer_armed = true;
+  w->armed = deadline;
+}
+
+static void disarm(uvtw_wheel_t *w) {
+  if (w->timer_armed)
+    uv_timer_stop(&w->timer);
+  w->timer_armed = false;
+}
+
+/* Re-arms to the wheel's earliest deadline, or stops the timer if empty.
+ * Not from inside a pass (see rearm_after_pass). */
+static void rearm(uvtw_wheel_t *w) {
+  if (w->wheel.count == 0) {
+    disarm(w);
+    return;
+  }
+  uint64_t next = wheel_next_deadline(&w->wheel);
+  if (!w->timer_armed || next != w->armed)
+    arm(w, next);
+}
+
+/* Files an entry; outside a pass, arms the timer if it is now the earliest. */
+static void insert_entry(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline) {
+  if (w->wheel.count == 0 && !w->in_pass) {
+    /* Nothing to cascade: let the wheel's time catch up so the entry is
+     * filed on the lowest level it can be. */
+    uint64_t now = now_ticks(w);
+    if (now > w->wheel.now)
+      w->wheel.now = w->wheel.due_limit = now;
+  }
+  wheel_insert(&w->wheel, &timer->entry_, deadline);
+  if (!w->in_pass && (!w->timer_armed || deadline < w->armed))
+    arm(w, deadline);
+}
+
+/* ---- the cross-thread gate ------------------------------------------------ */
+
+static bool gate_enter(shared_t *sh) {
+  if (atomic_fetch_add(&sh->gate, 2) & 1) {
+    atomic_fetch_sub(&sh->gate, 2);
+    return false;
+  }
+  return true;
+}
+
+static void gate_leave(shared_t *sh) {
+  atomic_fetch_sub(&sh->gate, 2);
+}
+
+static void gate_close(shared_t *sh) {
+  atomic_fetch_or(&sh->gate, 1);
+  while (atomic_load(&sh->gate) != 1)
+    sched_yield(); /* a producer is between its check and its uv_async_send */
+}
+
+static bool pending_take(shared_t *sh) {
+  if (sh->max_pending == 0)
+    return true;
+  uint32_t n = atomic_load_explicit(&sh->pending, memory_order_relaxed);
+  do {
+    if (n >= sh->max_pending)
+      return false;
+  } while (!atomic_compare_exchange_weak(&sh->pending, &n, n + 1));
+  return true;
+}
+
+static void pending_put(shared_t *sh) {
+  if (sh->max_pending != 0)
+    atomic_fetch_sub(&sh->pending, 1);
+}
+
+static void shared_unref(shared_t *sh) {
+  if (atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_acq_rel) == 1)
+    free(sh);
+}
+
+static void task_unref(uvtw_ticket_t *task) {
+  if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) == 1) {
+    shared_unref(task->shared);
+    free(task);
+  }
+}
+
+static bool on_loop_thread(const uvtw_wheel_t *w) {
+  uv_thread_t self = uv_thread_self();
+  return uv_thread_equal(&self, &w->loop_thread);
+}
+
+/* ---- running and dropping entries ------------------------------------------ */
+
+static void note_lateness(uvtw_wheel_t *w, uint64_t deadline) {
+  uint64_t now = uv_now(w->loop);
+  uint64_t due = ms_of_ticks(w, deadline);
+  if (now > due && now - due > w->stats.late_max_ms)
+    w->stats.late_max_ms = now - due;
+}
+
+/* Ends a task that left the wheel: runs its callback with `status` if it had
+ * not been cancelled, then drops the loop's reference. */
+static void finish_task(uvtw_wheel_t *w, uvtw_ticket_t *task, int status) {
+  int expected = TASK_IN_WHEEL;
+  if (atomic_compare_exchange_strong(&task->state, &expected, TASK_FIRED)) {
+    shared_t *sh = task->shared;
+    pending_put(sh);
+    atomic_fetch_sub(&sh->tasks_active, 1);
+    if (status == 0) {
+      w->stats.fired++;
+      note_lateness(w, task->deadline);
+    }
+    task->cb(task->arg, status);
+  }
+  task_unref(task);
+}
+
+static void fire_entry(wheel_entry_t *entry, void *ctx) {
+  uvtw_wheel_t *w = ctx;
+  uvtw_timer_t *timer = container_of(entry, uvtw_timer_t, entry_);
+  if (timer->cb_ == task_entry) {
+    finish_task(w, container_of(timer, uvtw_ticket_t, timer), 0);
+    return;
+  }
+  w->timers_active--;
+  w->stats.fired++;
+  note_lateness(w, entry->deadline);
+  if (timer->repeat_ != 0) {
+    /* Like uv_timer_t: re-armed from the loop's now before the callback. */
+    wheel_insert(&w->wheel, entry,
+                 ticks_of_ms(w, add_saturating(uv_now(w->loop), timer->repeat_)));
+    w->timers_active++;
+    w->stats.started++;
+  }
+  timer->cb_(timer);
+}
+
+static void drop_entry(wheel_entry_t *entry, void *ctx) {
+  uvtw_wheel_t *w = ctx;
+  uvtw_timer_t *timer = container_of(entry, uvtw_timer_t, entry_);
+  if (timer->cb_ == task_entry)
+    finish_task(w, container_of(timer, uvtw_ticket_t, timer), UV_ECANCELED);
+  else
+    w->timers_active--;
+}
+
+/* Handles one message from the queue (see the state diagram above). */
+static void take_in(uvtw_wheel_t *w, uvtw_ticket_t *task) {
+  int expected = TASK_QUEUED;
+  if (atomic_compare_exchange_strong(&task->state, &expected, TASK_IN_WHEEL)) {
+    atomic_fetch_add(&task->shared->tasks_active, 1);
+    if (w->closing) {
+      finish_task(w, task, UV_ECANCELED);
+      return;
+    }
+    w->stats.started++;
+    insert_entry(w, &task->timer, task->deadline);
+    return;
+  }
+  assert(expected == TASK_CANCELLED);
+  if (wheel_entry_linked(&task->timer.entry_)) {
+    /* A cancel message for a task still in the wheel: the loop's reference
+     * and the message's both go. */
+    wheel_remove(&w->wheel, &task->timer.entry_);
+    task_unref(task);
+  }
+  /* Else the loop's reference (a take-in message of a task cancelled in the
+   * queue) or the message's (the loop already let go of the task). */
+  task_unref(task);
+}
+
+static void drain_queue(uvtw_wheel_t *w) {
+  mpsc_node_t *node = mpsc_take_all(&w->shared->queue);
+  if (node != NULL && !w->closing)
+    w->stats.remote_batches++;
+  while (node != NULL) {
+    mpsc_node_t *next = node->next; /* read before the node can be reused */
+    take_in(w, container_of(node, uvtw_ticket_t, node));
+    node = next;
+  }
+}
+
+/* ---- the two handle callbacks ------------------------------------------------ */
+
+static void on_async(uv_async_t *handle) {
+  uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, async);
+  if (w->closing)
+    return;
+  drain_queue(w);
+  rearm(w);
+}
+
+static void rearm_after_pass(uvtw_wheel_t *w) {
+  if (w->wheel.count == 0)
+    return;
+  uint64_t next = wheel_next_deadline(&w->wheel);
+  if (ms_of_ticks(w, next) <= uv_now(w->loop)) {
+    /* Entries made due by this pass's callbacks: next iteration. */
+    uv_async_send(&w->async);
+    return;
+  }
+  arm(w, next);
+}
+
+static void on_timer(uv_timer_t *handle) {
+  uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, timer);
+  w->timer_armed = false; /* libuv stopped it before calling us */
+  w->stats.wakeups++;
+  uint64_t fired_before = w->stats.fired;
+  w->in_pass = true;
+  wheel_advance(&w->wheel, now_ticks(w), fire_entry, w);
+  w->in_pass = false;
+  if (w->stats.fired == fired_before)
+    w->stats.wasted_wakeups++;
+  if (!w->closing)
+    rearm_after_pass(w);
+}
+
+/* ---- the wheel ------------------------------------------------------------- */
+
+int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **out) {
+  if (loop == NULL || out == NULL)
+    return UV_EINVAL;
+  uvtw_wheel_t *w = calloc(1, sizeof *w);
+  shared_t *sh = calloc(1, sizeof *sh);
+  if (w == NULL || sh == NULL) {
+    free(w);
+    free(sh);
+    return UV_ENOMEM;
+  }
+  int r = uv_async_init(loop, &w->async, on_async);
+  if (r != 0) {
+    free(w);
+    free(sh);
+    return r;
+  }
+  uv_timer_init(loop, &w->timer);
+  uv_unref((uv_handle_t *)&w->async);
+  w->async.data = w;
+  w->timer.data = w;
+  w->handles_open = 2;
+  w->loop = loop;
+  w->loop_thread = uv_thread_self();
+  w->tick_ms = opts != NULL && opts->tick_ms > 1 ? opts->tick_ms : 1;
+  wheel_init(&w->wheel, now_ticks(w));
+
+  mpsc_init(&sh->queue);
+  atomic_init(&sh->gate, 0);
+  atomic_init(&sh->refs, 1);
+  atomic_init(&sh->pending, 0);
+  atomic_init(&sh->tasks_active, 0);
+  atomic_init(&sh->cancels_won, 0);
+  sh->max_pending = opts != NULL ? opts->max_pending : 0;
+  sh->wheel = w;
+  w->shared = sh;
+  *out = w;
+  return 0;
+}
+
+static void on_handle_closed(uv_handle_t *handle) {
+  uvtw_wheel_t *w = handle->data;
+  if (--w->handles_open > 0)
+    return;
+  if (w->close_cb != NULL)
+    w->close_cb(w, w->close_arg);
+  shared_unref(w->shared);
+  free(w);
+}
+
+void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
+  if (w == NULL || w->closing)
+    return;
+  w->closing = true;
+  w->close_cb = cb;
+  w->close_arg = arg;
+  gate_close(w->shared); /* from here on no other thread touches `w` */
+  drain_queue(w);
+  wheel_clear(&w->wheel, drop_entry, w);
+  disarm(w);
+  uv_close((uv_handle_t *)&w->timer, on_handle_closed);
+  uv_close((uv_handle_t *)&w->async, on_handle_closed);
+}
+
+uv_loop_t *uvtw_wheel_loop(const uvtw_wheel_t *w) {
+  return w->loop;
+}
+
+void uvtw_wheel_ref(uvtw_wheel_t *w) {
+  uv_ref((uv_handle_t *)&w->timer);
+}
+
+void uvtw_wheel_unref(uvtw_wheel_t *w) {
+  uv_unref((uv_handle_t *)&w->timer);
+}
+
+int64_t uvtw_wheel_next_due(const uvtw_wheel_t *w) {
+  if (w->wheel.count == 0)
+    return -1;
+  uint64_t due = ms_of_ticks(w, wheel_next_deadline_exact(&w->wheel));
+  uint64_t now = uv_now(w->loop);
+  if (due <= now)
+    return 0;
+  return due - now > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(due - now);
+}
+
+void uvtw_wheel_stats(const uvtw_wheel_t *w, uvtw_stats_t *out) {
+  *out = w->stats;
+  out->active = w->timers_active + atomic_load(&w->shared->tasks_active);
+  out->stopped += atomic_load(&w->shared->cancels_won);
+  out->cascaded = w->wheel.cascaded;
+}
+
+const char *uvtw_version_string(void) {
+  return "0.1.0";
+}
+
+/* ---- loop-thread timers ------------------------------------------------------ */
+
+void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
+  if (timer == NULL)
+    return;
+  timer->entry_.next = NULL;
+  timer->entry_.prev = NULL;
+  timer->entry_.deadline = 0;
+  timer->wheel_ = wheel;
+  timer->cb_ = NULL;
+  timer->repeat_ = 0;
+}
+
+int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat) {
+  if (timer == NULL || cb == NULL || timer->wheel_ == NULL)
+    return UV_EINVAL;
+  uvtw_wheel_t *w = timer->wheel_;
+  if (w->closing)
+    return UV_ECANCELED;
+  if (wheel_entry_linked(&timer->entry_)) {
+    wheel_remove(&w->wheel, &timer->entry_);
+    w->timers_active--;
+    w->stats.stopped++;
+  }
+  timer->cb_ = cb;
+  timer->repeat_ = repeat;
+  insert_entry(w, timer, ticks_of_ms(w, add_saturating(uv_now(w->loop), timeout)));
+  w->timers_active++;
+  w->stats.started++;
+  return 0;
+}
+
+int uvtw_timer_stop(uvtw_timer_t *timer) {
+  if (timer == NULL)
+    return UV_EINVAL;
+  if (!wheel_entry_linked(&timer->entry_))
+    return 0;
+  uvtw_wheel_t *w = timer->wheel_;
+  wheel_remove(&w->wheel, &timer->entry_);
+  w->timers_active--;
+  w->stats.stopped++;
+  if (w->wheel.count == 0 && !w->in_pass)
+    disarm(w);
+  return 0;
+}
+
+int uvtw_timer_again(uvtw_timer_t *timer) {
+  if (timer == NULL || timer->cb_ == NULL)
+    return UV_EINVAL;
+  if (timer->repeat_ == 0)
+    return uvtw_timer_stop(timer);
+  return uvtw_timer_start(timer, timer->cb_, timer->repeat_, timer->repeat_);
+}
+
+void uvtw_timer_set_repeat(uvtw_timer_t *timer, uint64_t repeat) {
+  timer->repeat_ = repeat;
+}
+
+uint64_t uvtw_timer_get_repeat(const uvtw_timer_t *timer) {
+  return timer->repeat_;
+}
+
+uint64_t uvtw_timer_get_due_in(const uvtw_timer_t *timer) {
+  if (!wheel_entry_linked(&timer->entry_))
+    return 0;
+  uint64_t due = ms_of_ticks(timer->wheel_, timer->entry_.deadline);
+  uint64_t now = uv_now(timer->wheel_->loop);
+  return due > now ? due - now : 0;
+}
+
+int uvtw_timer_is_active(const uvtw_timer_t *timer) {
+  return wheel_entry_linked(&timer->entry_);
+}
+
+/* ---- any-thread tasks -------------------------------------------------------- */
+
+int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *arg,
+                  uvtw_ticket_t **ticket) {
+  if (wheel == NULL || cb == NULL)
+    return UV_EINVAL;
+  uint64_t deadline_ms = add_saturating(uv_hrtime() / 1000000, timeout);
+  shared_t *sh = wheel->shared;
+  if (!gate_enter(sh))
+    return UV_ECANCELED;
+  if (!pending_take(sh)) {
+    gate_leave(sh);
+    return UV_ENOBUFS;
+  }
+  uvtw_ticket_t *task = malloc(sizeof *task);
+  if (task == NULL) {
+    pending_put(sh);
+    gate_leave(sh);
+    return UV_ENOMEM;
+  }
+  uvtw_timer_init(wheel, &task->timer);
+  task->timer.cb_ = task_entry;
+  task->cb = cb;
+  task->arg = arg;
+  task->deadline = ticks_of_ms(wheel, deadline_ms);
+  task->shared = sh;
+  atomic_init(&task->refs, ticket != NULL ? 2 : 1);
+  atomic_fetch_add(&sh->refs, 1);
+  if (ticket != NULL)
+    *ticket = task;
+
+  if (on_loop_thread(wheel)) {
+    atomic_init(&task->state, TASK_IN_WHEEL);
+    atomic_fetch_add(&sh->tasks_active, 1);
+    wheel->stats.started++;
+    insert_entry(wheel, &task->timer, task->deadline);
+  } else {
+    atomic_init(&task->state, TASK_QUEUED);
+    if (mpsc_push(&sh->queue, &task->node))
+      uv_async_send(&wheel->async);
+  }
+  gate_leave(sh);
+  return 0;
+}
+
+int uvtw_ticket_cancel(uvtw_ticket_t *task) {
+  if (task == NULL)
+    return UV_EINVAL;
+  int state = atomic_load(&task->state);
+  do {
+    if (state == TASK_CANCELLED)
+      return 0;
+    if (state == TASK_FIRED)
+      return UV_EALREADY;
+  } while (!atomic_compare_exchange_weak(&task->state, &state, TASK_CANCELLED));
+
+  shared_t *sh = task->shared;
+  pending_put(sh);
+  atomic_fetch_add(&sh->cancels_won, 1);
+  if (state == TASK_QUEUED)
+    return 0; /* its take-in message will find it cancelled */
+  atomic_fetch_sub(&sh->tasks_active, 1);
+  /* In the wheel: have the loop unlink it now rather than at its deadline. If
+   * the gate is closed, the closing wheel drops it instead. */
+  if (gate_enter(sh)) {
+    uvtw_wheel_t *w = sh->wheel;
+    if (on_loop_thread(w)) {
+      wheel_remove(&w->wheel, &task->timer.entry_);
+      if (w->wheel.count == 0 && !w->in_pass)
+        disarm(w);
+      task_unref(task);
+    } else {
+      atomic_fetch_add(&task->refs, 1); /* the message's reference */
+      if (mpsc_push(&sh->queue, &task->node))
+        uv_async_send(&w->async);
+    }
+    gate_leave(sh);
+  }
+  return 0;
+}
+
+void uvtw_ticket_release(uvtw_ticket_t *task) {
+  if (task != NULL)
+    task_unref(task);
+}

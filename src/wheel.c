@@ -1,0 +1,410 @@
+/* The pure hierarchical timing wheel.
+ *
+ * Time is a count of ticks (uint64_t). The wheel has its own time `now`:
+ * every entry with a deadline <= now has been handed out. An entry with
+ * deadline d > now is filed by the most significant bit in which d and now
+ * differ:
+ *
+ *     level = (63 - clz(d ^ now)) / 6        slot = (d >> 6 * level) & 63
+ *
+ * so level k holds the deadlines that share now's digits above k and differ
+ * in digit k. With a 1 ms tick:
+ *
+ *     level  slot width   covers up to (from now)
+ *       0      1 ms         64 ms
+ *       1     64 ms          4.1 s
+ *       2      4.1 s         4.4 min
+ *       3      4.4 min       4.7 h
+ *       4      4.7 h        12.4 days
+ *       5     12.4 days      2.2 years
+ *      6-10   ...           2^64 ticks (the last level has 4 live bits)
+ *
+ * Consequences the code relies on:
+ * - An occupied slot at level k always lies after now's own digit k, inside
+ *   the same 64^(k+1)-aligned window: a level never wraps.
+ * - Every level-k deadline is smaller than every level-(k+1) deadline, so the
+ *   lowest occupied level holds the earliest entry, in its first occupied
+ *   slot (a bitmap per level and a count-trailing-zeros find it). At level 0
+ *   a slot holds exactly one deadline; above, the slot's sentinel remembers
+ *   the smallest deadline inserted (after removals only a lower bound).
+ * - Moving now forward to a time before an occupied slot's start does not
+ *   change which slot any entry belongs in, so time can jump.
+ *
+ * Advancing to a time T repeatedly takes the earliest occupied slot whose
+ * start is <= T, sets now to that start, and either hands out its entries
+ * (level 0: their deadline is now) or files each again relative to the new
+ * now, where it lands on a lower level (or is due, if its deadline is the
+ * slot's start). Nothing is handed out before its deadline and a cascade
+ * loses no precision: deadlines are exact, only the filing changes.
+ *
+ * FIFO among equal deadlines: entries are appended at a slot's tail and
+ * cascaded in list order, always relative to the wheel's own now. Of two
+ * entries with one deadline, the later one either joins the older one's
+ * slot behind it, or is filed after the older one has already moved down,
+ * into the slot the older one now sits in, again behind it.
+ *
+ * Entries inserted with a deadline <= `due_limit` (now, or during a pass the
+ * time being advanced to) go to the `due` list, handed out at the start of
+ * the next pass: a callback that restarts an entry as already due cannot make
+ * the pass run forever. `due` is kept in deadline order lazily: a stable
+ * merge sort runs only if an insert was out of order.
+ *
+ * Unlinking needs no search and no back pointer to the slot: an entry whose
+ * removal leaves its two neighbours equal was the last in its list, and that
+ * neighbour is the list's sentinel; if the sentinel lies inside `slots`, its
+ * bitmap bit is cleared.
+ */
+#include "wheel.h"
+
+#include <assert.h>
+
+static inline void list_init(wheel_entry_t *head) {
+  head->next = head;
+  head->prev = head;
+}
+
+static inline bool list_empty(const wheel_entry_t *head) {
+  return head->next == head;
+}
+
+static inline void list_append(wheel_entry_t *head, wheel_entry_t *entry) {
+  wheel_entry_t *tail = head->prev;
+  entry->next = head;
+  entry->prev = tail;
+  tail->next = entry;
+  head->prev = entry;
+}
+
+static inline void list_unlink(wheel_entry_t *entry) {
+  entry->prev->next = entry->next;
+  entry->next->prev = entry->prev;
+  entry->next = NULL;
+  entry->prev = NULL;
+}
+
+/* Moves every entry of `from` to the tail of `to`, in order. */
+static inline void list_splice_tail(wheel_entry_t *to, wheel_entry_t *from) {
+  if (list_empty(from))
+    return;
+  wheel_entry_t *first = from->next;
+  wheel_entry_t *last = from->prev;
+  wheel_entry_t *tail = to->prev;
+  tail->next = first;
+  first->prev = tail;
+  last->next = to;
+  to->prev = last;
+  list_init(from);
+}
+
+static inline unsigned level_of(uint64_t deadline, uint64_t now) {
+  assert(deadline != now);
+  return (unsigned)(63 - __builtin_clzll(deadline ^ now)) / WHEEL_LEVEL_BITS;
+}
+
+static inline unsigned slot_of(uint64_t deadline, unsigned level) {
+  return (unsigned)(deadline >> (level * WHEEL_LEVEL_BITS)) & (WHEEL_SLOTS - 1);
+}
+
+/* The first tick of slot `slot` of `level` in the window that holds `now`. */
+static inline uint64_t slot_start(uint64_t now, unsigned level, unsigned slot) {
+  unsigned window_shift = (level + 1) * WHEEL_LEVEL_BITS;
+  uint64_t window = window_shift >= 64 ? 0 : (now >> window_shift) << window_shift;
+  return window | ((uint64_t)slot << (level * WHEEL_LEVEL_BITS));
+}
+
+static inline unsigned first_bit(uint64_t bits) {
+  return (unsigned)__builtin_ctzll(bits);
+}
+
+static inline void mark_slot_empty(wheel_t *w, size_t index) {
+  unsigned level = (unsigned)(index / WHEEL_SLOTS);
+  w->occupied[level] &= ~(UINT64_C(1) << (index % WHEEL_SLOTS));
+  if (w->occupied[level] == 0)
+    w->level_mask &= ~(UINT32_C(1) << level);
+}
+
+/* Files an entry with deadline > w->now into its slot. */
+static void file_entry(wheel_t *w, wheel_entry_t *entry) {
+  unsigned level = level_of(entry->deadline, w->now);
+  unsigned slot = slot_of(entry->deadline, level);
+  wheel_entry_t *head = &w->slots[level * WHEEL_SLOTS + slot];
+  if (list_empty(head)) {
+    head->deadline = entry->deadline;
+    w->occupied[level] |= UINT64_C(1) << slot;
+    w->level_mask |= UINT32_C(1) << level;
+  } else if (entry->deadline < head->deadline) {
+    head->deadline = entry->deadline;
+  }
+  list_append(head, entry);
+}
+
+void wheel_init(wheel_t *w, uint64_t now) {
+  w->now = now;
+  w->due_limit = now;
+  w->count = 0;
+  w->level_mask = 0;
+  w->due_unsorted = false;
+  w->cascaded = 0;
+  for (unsigned k = 0; k < WHEEL_LEVELS; k++)
+    w->occupied[k] = 0;
+  list_init(&w->due);
+  list_init(&w->firing);
+  for (size_t i = 0; i < WHEEL_LEVELS * WHEEL_SLOTS; i++)
+    list_init(&w->slots[i]);
+}
+
+void wheel_insert(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
+  assert(!wheel_entry_linked(entry));
+  entry->deadline = deadline;
+  w->count++;
+  if (deadline <= w->due_limit) {
+    if (!list_empty(&w->due) && w->due.prev->deadline > deadline)
+      w->due_unsorted = true;
+    list_append(&w->due, entry);
+    return;
+  }
+  file_entry(w, entry);
+}
+
+void wheel_remove(wheel_t *w, wheel_entry_t *entry) {
+  wheel_entry_t *next = entry->next;
+  wheel_entry_t *prev = entry->prev;
+  assert(next != NULL);
+  list_unlink(entry);
+  w->count--;
+  if (next == prev) {
+    /* The list is now empty and `next` is its sentinel. */
+    uintptr_t offset = (uintptr_t)next - (uintptr_t)w->slots;
+    if (offset < sizeof w->slots)
+      mark_slot_empty(w, offset / sizeof(wheel_entry_t));
+  }
+}
+
+static const wheel_entry_t *earliest_slot(const wheel_t *w, unsigned *level_out) {
+  if (w->level_mask == 0)
+    return NULL;
+  unsigned level = first_bit(w->level_mask);
+  unsigned slot = first_bit(w->occupied[level]);
+  *level_out = level;
+  return &w->slots[level * WHEEL_SLOTS + slot];
+}
+
+uint64_t wheel_next_deadline(const wheel_t *w) {
+  if (!list_empty(&w->firing) || !list_empty(&w->due))
+    return w->now; /* already due */
+  unsigned level;
+  const wheel_entry_t *head = earliest_slot(w, &level);
+  return head ? head->deadline : UINT64_MAX;
+}
+
+uint64_t wheel_next_deadline_exact(const wheel_t *w) {
+  if (!list_empty(&w->firing) || !list_empty(&w->due))
+    return w->now;
+  unsigned level;
+  const wheel_entry_t *head = earliest_slot(w, &level);
+  if (head == NULL)
+    return UINT64_MAX;
+  if (level == 0)
+    return head->deadline;
+  uint64_t min = UINT64_MAX;
+  for (const wheel_entry_t *e = head->next; e != head; e = e->next)
+    if (e->deadline < min)
+      min = e->deadline;
+  return min;
+}
+
+/* Hands out every entry of w->firing, one at a time, so that a callback can
+ * remove or restart entries still waiting in the list. */
+static size_t fire_list(wheel_t *w, wheel_fire_fn fire, void *ctx) {
+  size_t fired = 0;
+  while (!list_empty(&w->firing)) {
+    wheel_entry_t *entry = w->firing.next;
+    list_unlink(entry);
+    w->count--;
+    fire(entry, ctx);
+    fired++;
+  }
+  return fired;
+}
+
+/* Files again every entry of an upper-level slot that starts at w->now.
+ * No callback runs here, so the detached chain can be walked directly. */
+static void cascade(wheel_t *w, wheel_entry_t *head) {
+  wheel_entry_t *entry = head->next;
+  head->prev->next = NULL;
+  list_init(head);
+  while (entry != NULL) {
+    wheel_entry_t *next = entry->next;
+    entry->next = NULL;
+    if (entry->deadline == w->now) {
+      list_append(&w->firing, entry);
+    } else {
+      file_entry(w, entry);
+      w->cascaded++;
+    }
+    entry = next;
+  }
+}
+
+static wheel_entry_t *merge_sorted(wheel_entry_t *a, wheel_entry_t *b) {
+  wheel_entry_t head;
+  wheel_entry_t *tail = &head;
+  while (a != NULL && b != NULL) {
+    if (b->deadline < a->deadline) { /* ties take `a`, the earlier: stable */
+      tail->next = b;
+      b = b->next;
+    } else {
+      tail->next = a;
+      a = a->next;
+    }
+    tail = tail->next;
+  }
+  tail->next = a != NULL ? a : b;
+  return head.next;
+}
+
+/* Stable bottom-up merge sort of a list by deadline, O(n log n), no memory:
+ * bins[i] holds a sorted run of 2^i entries that came before any later bin's. */
+static void sort_list(wheel_entry_t *head) {
+  wheel_entry_t *bins[64] = {0};
+  wheel_entry_t *entry = head->next;
+  head->prev->next = NULL;
+  while (entry != NULL) {
+    wheel_entry_t *carry = entry;
+    entry = entry->next;
+    carry->next = NULL;
+    unsigned i = 0;
+    for (; bins[i] != NULL; i++) {
+      carry = merge_sorted(bins[i], carry);
+      bins[i] = NULL;
+    }
+    bins[i] = carry;
+  }
+  wheel_entry_t *sorted = NULL;
+  for (unsigned i = 0; i < 64; i++)
+    if (bins[i] != NULL)
+      sorted = merge_sorted(bins[i], sorted);
+  list_init(head);
+  while (sorted != NULL) {
+    wheel_entry_t *next = sorted->next;
+    list_append(head, sorted);
+    sorted = next;
+  }
+}
+
+size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
+  size_t fired = 0;
+  if (now < w->now)
+    now = w->now;
+  w->due_limit = now;
+
+  if (!list_empty(&w->due)) {
+    if (w->due_unsorted)
+      sort_list(&w->due);
+    w->due_unsorted = false;
+    list_splice_tail(&w->firing, &w->due);
+    fired += fire_list(w, fire, ctx);
+  }
+
+  unsigned level;
+  const wheel_entry_t *found;
+  while ((found = earliest_slot(w, &level)) != NULL) {
+    size_t index = (size_t)(found - w->slots);
+    uint64_t start = slot_start(w->now, level, (unsigned)(index % WHEEL_SLOTS));
+    if (start > now)
+      break;
+    w->now = start;
+    wheel_entry_t *head = &w->slots[index];
+    mark_slot_empty(w, index);
+    if (level == 0)
+      list_splice_tail(&w->firing, head);
+    else
+      cascade(w, head);
+    fired += fire_list(w, fire, ctx);
+  }
+
+  w->now = now;
+  return fired;
+}
+
+void wheel_clear(wheel_t *w, wheel_fire_fn drop, void *ctx) {
+  if (w->due_unsorted)
+    sort_list(&w->due);
+  w->due_unsorted = false;
+  list_splice_tail(&w->firing, &w->due);
+  /* Within a level, slot order is time order (no wrap); levels ascend. */
+  for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
+    while (w->occupied[level] != 0) {
+      unsigned slot = first_bit(w->occupied[level]);
+      list_splice_tail(&w->firing, &w->slots[level * WHEEL_SLOTS + slot]);
+      w->occupied[level] &= w->occupied[level] - 1;
+    }
+  }
+  w->level_mask = 0;
+  fire_list(w, drop, ctx);
+}
+
+/* Walks one list, checking its links; returns entries seen or -1. */
+static int64_t check_list(const wheel_entry_t *head, uint64_t limit) {
+  int64_t n = 0;
+  const wheel_entry_t *prev = head;
+  for (const wheel_entry_t *e = head->next; e != head; e = e->next) {
+    if (e == NULL || e->prev != prev || (uint64_t)n > limit)
+      return -1;
+    prev = e;
+    n++;
+  }
+  return head->prev == prev ? n : -1;
+}
+
+const char *wheel_check(const wheel_t *w) {
+  uint64_t seen = 0;
+  uint32_t levels = 0;
+  if (w->due_limit < w->now)
+    return "due_limit is behind the wheel's time";
+  for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
+    for (unsigned slot = 0; slot < WHEEL_SLOTS; slot++) {
+      const wheel_entry_t *head = &w->slots[level * WHEEL_SLOTS + slot];
+      bool bit = (w->occupied[level] >> slot) & 1;
+      int64_t n = check_list(head, w->count);
+      if (n < 0)
+        return "broken links in a slot list";
+      if ((n > 0) != bit)
+        return "occupancy bit disagrees with the slot list";
+      if (n == 0)
+        continue;
+      levels |= UINT32_C(1) << level;
+      seen += (uint64_t)n;
+      for (const wheel_entry_t *e = head->next; e != head; e = e->next) {
+        if (e->deadline <= w->now)
+          return "an entry in a slot is not after the wheel's time";
+        if (level_of(e->deadline, w->now) != level || slot_of(e->deadline, level) != slot)
+          return "an entry is filed in the wrong slot";
+        if (e->deadline < head->deadline)
+          return "a slot's minimum is above one of its entries";
+        if (level == 0 && e->deadline != head->deadline)
+          return "a level-0 slot holds two deadlines";
+      }
+    }
+  }
+  if (levels != w->level_mask)
+    return "level mask disagrees with the occupancy bitmaps";
+
+  int64_t n = check_list(&w->due, w->count);
+  if (n < 0)
+    return "broken links in the due list";
+  seen += (uint64_t)n;
+  for (const wheel_entry_t *e = w->due.next; e != &w->due; e = e->next) {
+    if (e->deadline > w->due_limit)
+      return "an entry in the due list is not due";
+    if (!w->due_unsorted && e->next != &w->due && e->next->deadline < e->deadline)
+      return "the due list is out of order but not marked so";
+  }
+  n = check_list(&w->firing, w->count);
+  if (n < 0)
+    return "broken links in the firing list";
+  seen += (uint64_t)n;
+  if (seen != w->count)
+    return "count disagrees with the entries held";
+  return NULL;
+}

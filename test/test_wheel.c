@@ -1,0 +1,392 @@
+/* The pure wheel under virtual time, against a reference model.
+ *
+ * The model is a plain array of entries; the next entry to fire is found by
+ * a linear scan for the smallest (deadline, insertion sequence) among the
+ * entries that are due and were inserted before the pass began. Every step
+ * (insert, remove, restart, advance, and operations made from inside fire
+ * callbacks) is mirrored in both, and after every step wheel_check() and the
+ * exact next deadline are compared.
+ *
+ * UVTW_MODEL_STEPS sets the number of random steps, UVTW_MODEL_SEED the seed.
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tap.h"
+#include "wheel.h"
+
+#define MAX_ENTRIES 256
+
+typedef struct {
+  wheel_entry_t entry;
+  bool active;
+  uint64_t deadline;
+  uint64_t seq;  /* insertion order: FIFO among equal deadlines */
+  uint64_t pass; /* the pass counter at insertion */
+} item_t;
+
+static wheel_t wheel;
+static item_t items[MAX_ENTRIES];
+static uint64_t seq_counter;
+static uint64_t pass_counter; /* incremented at each advance */
+static bool in_pass;
+static uint64_t pass_now;
+static uint64_t rng_state;
+static uint64_t fired_total;
+static bool failed;
+static char failure[512];
+
+static uint64_t rnd(void) { /* xorshift64* */
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * UINT64_C(2685821657736338717);
+}
+
+static uint64_t rnd_below(uint64_t n) {
+  return n ? rnd() % n : 0;
+}
+
+static void fail(const char *fmt, uint64_t a, uint64_t b) {
+  if (failed)
+    return;
+  failed = true;
+  snprintf(failure, sizeof failure, fmt, a, b);
+}
+
+/* A deadline drawn to hit every level, equal deadlines, slot edges, and the
+ * saturated value. */
+static uint64_t random_deadline(uint64_t now) {
+  uint64_t room = UINT64_MAX - now;
+  uint64_t delta;
+  switch (rnd_below(10)) {
+  case 0:
+    delta = 0;
+    break;
+  case 1:
+  case 2:
+    delta = rnd_below(70);
+    break;
+  case 3:
+    delta = rnd_below(5000);
+    break;
+  case 4: { /* near a slot boundary at a random level */
+    unsigned level = (unsigned)rnd_below(10);
+    uint64_t width = UINT64_C(1) << (6 * level);
+    delta = width * (1 + rnd_below(3)) - (now & (width - 1));
+    delta += rnd_below(3) - 1;
+    break;
+  }
+  case 5:
+    delta = rnd() >> rnd_below(64);
+    break;
+  case 6: /* equal to an existing entry's deadline, if any */
+    for (int tries = 0; tries < 4; tries++) {
+      item_t *it = &items[rnd_below(MAX_ENTRIES)];
+      if (it->active && it->deadline >= now)
+        return it->deadline;
+    }
+    delta = rnd_below(100);
+    break;
+  case 7:
+    return UINT64_MAX; /* saturated: never fires */
+  case 8: /* already overdue, as a task that waited in the queue */
+    return now - rnd_below(now < 100 ? now + 1 : 100);
+  default:
+    delta = rnd_below(300000);
+    break;
+  }
+  return delta > room ? UINT64_MAX : now + delta;
+}
+
+static void model_insert(item_t *it, uint64_t deadline) {
+  it->active = true;
+  it->deadline = deadline;
+  it->seq = seq_counter++;
+  it->pass = pass_counter;
+  wheel_insert(&wheel, &it->entry, deadline);
+}
+
+static void model_remove(item_t *it) {
+  it->active = false;
+  wheel_remove(&wheel, &it->entry);
+}
+
+/* The entry the model says must fire next in this pass, or NULL. */
+static item_t *model_next_due(void) {
+  item_t *best = NULL;
+  for (int i = 0; i < MAX_ENTRIES; i++) {
+    item_t *it = &items[i];
+    /* Inserted during this pass with a due deadline: waits for the next. */
+    if (!it->active || it->deadline > pass_now || it->pass == pass_counter)
+      continue;
+    if (best == NULL || it->deadline < best->deadline ||
+        (it->deadline == best->deadline && it->seq < best->seq))
+      best = it;
+  }
+  return best;
+}
+
+static uint64_t model_min_deadline(void) {
+  uint64_t min = UINT64_MAX;
+  for (int i = 0; i < MAX_ENTRIES; i++)
+    if (items[i].active && items[i].deadline < min)
+      min = items[i].deadline;
+  return min;
+}
+
+/* A random operation on a random entry, from inside a callback or not. */
+static void random_operation(uint64_t now) {
+  item_t *it = &items[rnd_below(MAX_ENTRIES)];
+  if (it->active) {
+    model_remove(it);
+    if (rnd_below(2)) /* restart */
+      model_insert(it, random_deadline(now));
+  } else {
+    model_insert(it, random_deadline(now));
+  }
+}
+
+static void on_fire(wheel_entry_t *entry, void *ctx) {
+  (void)ctx;
+  item_t *it = (item_t *)entry;
+  item_t *expected = model_next_due();
+  fired_total++;
+  if (it != expected) {
+    fail("fired entry %" PRIu64 " but the model expected entry %" PRIu64,
+         (uint64_t)(it - items), expected ? (uint64_t)(expected - items) : UINT64_MAX);
+    return;
+  }
+  if (it->deadline > pass_now)
+    fail("fired early: deadline %" PRIu64 " at time %" PRIu64, it->deadline, pass_now);
+  if (wheel_entry_linked(entry))
+    fail("entry %" PRIu64 " still linked inside its callback (time %" PRIu64 ")",
+         (uint64_t)(it - items), pass_now);
+  it->active = false;
+  /* Callbacks act on the wheel: restart themselves (possibly already due),
+   * stop or start others, including ones due in this same pass. */
+  unsigned ops = (unsigned)rnd_below(4);
+  for (uint64_t i = 0; i < ops && !failed; i++) {
+    if (!it->active && rnd_below(3) == 0) /* restart self, often already due */
+      model_insert(it, rnd_below(2) ? pass_now : random_deadline(pass_now));
+    else
+      random_operation(pass_now);
+    if (items[0].active && !wheel_entry_linked(&items[0].entry))
+      fail("model and wheel disagree on entry 0 at op %" PRIu64 " (time %" PRIu64 ")", i, pass_now);
+  }
+}
+
+static uint64_t random_advance(uint64_t now) {
+  uint64_t room = UINT64_MAX - 1 - now;
+  uint64_t delta;
+  switch (rnd_below(8)) {
+  case 0:
+    delta = 0;
+    break;
+  case 1:
+  case 2:
+  case 3:
+    delta = rnd_below(8);
+    break;
+  case 4:
+    delta = rnd_below(200);
+    break;
+  case 5:
+    delta = rnd_below(20000);
+    break;
+  case 6: /* jump to just before/at the earliest deadline */
+    delta = model_min_deadline() - now;
+    if (delta > 0 && rnd_below(2))
+      delta--;
+    break;
+  default:
+    delta = rnd() >> (20 + rnd_below(44));
+    break;
+  }
+  return delta > room ? now + room : now + delta;
+}
+
+static bool check_step(uint64_t step) {
+  const char *broken = wheel_check(&wheel);
+  if (broken != NULL) {
+    snprintf(failure, sizeof failure, "step %" PRIu64 ": wheel_check: %s", step, broken);
+    return false;
+  }
+  uint64_t count = 0;
+  for (int i = 0; i < MAX_ENTRIES; i++)
+    count += items[i].active;
+  if (count != wheel.count) {
+    snprintf(failure, sizeof failure, "step %" PRIu64 ": wheel holds %" PRIu64 ", model %" PRIu64,
+             step, wheel.count, count);
+    return false;
+  }
+  uint64_t exact = wheel_next_deadline_exact(&wheel);
+  uint64_t want = model_min_deadline();
+  /* A due entry is reported as the wheel's now. */
+  if (want <= wheel.now)
+    want = wheel.now;
+  if (count > 0 && exact != want) {
+    snprintf(failure, sizeof failure,
+             "step %" PRIu64 ": next deadline %" PRIu64 ", model %" PRIu64, step, exact, want);
+    return false;
+  }
+  if (count > 0 && wheel_next_deadline(&wheel) > exact) {
+    snprintf(failure, sizeof failure, "step %" PRIu64 ": the lower bound is above the exact value",
+             step);
+    return false;
+  }
+  return true;
+}
+
+static bool run_model(uint64_t seed, uint64_t steps, uint64_t start) {
+  memset(items, 0, sizeof items);
+  seq_counter = pass_counter = fired_total = 0;
+  failed = false;
+  rng_state = seed ? seed : 1;
+  wheel_init(&wheel, start);
+  uint64_t now = start;
+  for (uint64_t step = 0; step < steps; step++) {
+    if (rnd_below(3) == 0) {
+      now = random_advance(now);
+      pass_counter++;
+      pass_now = now;
+      in_pass = true;
+      wheel_advance(&wheel, now, on_fire, NULL);
+      in_pass = false;
+      if (!failed && model_next_due() != NULL)
+        fail("pass to %" PRIu64 " left due entry %" PRIu64 " behind", now,
+             (uint64_t)(model_next_due() - items));
+      pass_counter++; /* entries inserted during the pass are now eligible */
+    } else {
+      random_operation(now);
+    }
+    if (failed) {
+      char tmp[512];
+      snprintf(tmp, sizeof tmp, "%s", failure);
+      snprintf(failure, sizeof failure, "step %" PRIu64 ": %.400s", step, tmp);
+      return false;
+    }
+    if (!check_step(step))
+      return false;
+  }
+  return true;
+}
+
+/* Hand-written cases that read as specifications. */
+static item_t *fired_order[16];
+static int fired_count;
+
+static void record_fire(wheel_entry_t *entry, void *ctx) {
+  (void)ctx;
+  if (fired_count < 16)
+    fired_order[fired_count] = (item_t *)entry;
+  fired_count++;
+}
+
+static void restart_due_fire(wheel_entry_t *entry, void *ctx) {
+  record_fire(entry, ctx);
+  /* Restart as already due: must wait for the next pass. */
+  wheel_insert(&wheel, entry, wheel.due_limit);
+}
+
+static void test_basics(void) {
+  static item_t a, b, c, d;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  memset(&c, 0, sizeof c);
+  memset(&d, 0, sizeof d);
+  wheel_init(&wheel, 1000);
+
+  TAP_EQ(wheel_next_deadline(&wheel), UINT64_MAX, "an empty wheel has no next deadline");
+  wheel_insert(&wheel, &a.entry, 5000);
+  wheel_insert(&wheel, &b.entry, 1001);
+  wheel_insert(&wheel, &c.entry, 5000); /* equal to a, inserted later */
+  wheel_insert(&wheel, &d.entry, UINT64_MAX);
+  tap_ok(wheel_check(&wheel) == NULL, "invariants hold after inserts on several levels");
+  TAP_EQ(wheel_next_deadline(&wheel), 1001, "the next deadline is the earliest entry");
+  wheel_remove(&wheel, &b.entry);
+  TAP_EQ(wheel_next_deadline_exact(&wheel), 5000,
+         "after removing the earliest, the exact next deadline is the next entry");
+
+  fired_count = 0;
+  wheel_advance(&wheel, 4999, record_fire, NULL);
+  TAP_EQ(fired_count, 0, "nothing fires one tick before the earliest deadline");
+  wheel_advance(&wheel, 5000, record_fire, NULL);
+  TAP_EQ(fired_count, 2, "both entries due at 5000 fire at 5000");
+  tap_ok(fired_order[0] == &a && fired_order[1] == &c,
+         "equal deadlines fire in insertion order after cascading");
+  TAP_EQ(wheel.count, 1, "the saturated entry stays");
+  wheel_advance(&wheel, UINT64_MAX - 1, record_fire, NULL);
+  TAP_EQ(fired_count, 2, "a saturated deadline never fires, even at the largest time");
+  wheel_remove(&wheel, &d.entry);
+  tap_ok(wheel_check(&wheel) == NULL && wheel.count == 0, "removing the last entry empties every bitmap");
+
+  /* FIFO across levels: a is filed high, c filed after a has cascaded. */
+  wheel_init(&wheel, 0);
+  wheel_insert(&wheel, &a.entry, 10000);
+  wheel_advance(&wheel, 9990, record_fire, NULL); /* a cascades down */
+  wheel_insert(&wheel, &c.entry, 10000);
+  fired_count = 0;
+  wheel_advance(&wheel, 20000, record_fire, NULL);
+  tap_ok(fired_count == 2 && fired_order[0] == &a && fired_order[1] == &c,
+         "an entry inserted after an older one with the same deadline cascaded fires after it");
+
+  /* Entries made due inside a pass wait for the next pass. */
+  wheel_init(&wheel, 0);
+  wheel_insert(&wheel, &a.entry, 3);
+  fired_count = 0;
+  wheel_advance(&wheel, 10, restart_due_fire, NULL);
+  TAP_EQ(fired_count, 1, "an entry restarting itself as due does not fire again in the same pass");
+  tap_ok(wheel_entry_linked(&a.entry) && wheel_next_deadline(&wheel) <= wheel.now,
+         "the restarted entry is pending and due");
+  wheel_advance(&wheel, 10, restart_due_fire, NULL);
+  TAP_EQ(fired_count, 2, "it fires once in the next pass");
+  wheel_remove(&wheel, &a.entry);
+
+  /* Out-of-order due inserts are handed out in deadline order, stably. */
+  wheel_init(&wheel, 100);
+  wheel_insert(&wheel, &a.entry, 90);
+  wheel_insert(&wheel, &b.entry, 50);
+  wheel_insert(&wheel, &c.entry, 90);
+  wheel_insert(&wheel, &d.entry, 70);
+  tap_ok(wheel_check(&wheel) == NULL && wheel.due_unsorted, "late inserts mark the due list unsorted");
+  fired_count = 0;
+  wheel_advance(&wheel, 100, record_fire, NULL);
+  tap_ok(fired_count == 4 && fired_order[0] == &b && fired_order[1] == &d && fired_order[2] == &a &&
+             fired_order[3] == &c,
+         "overdue entries fire in deadline order, FIFO among equals");
+}
+
+int main(void) {
+  const char *env_steps = getenv("UVTW_MODEL_STEPS");
+  const char *env_seed = getenv("UVTW_MODEL_SEED");
+  uint64_t steps = env_steps ? strtoull(env_steps, NULL, 10) : 2000000;
+  uint64_t seed = env_seed ? strtoull(env_seed, NULL, 10) : 0x5eed;
+
+  test_basics();
+
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  /* Three runs: from time 0, from a time with many set bits, and near the
+   * end of the 64-bit range. */
+  uint64_t starts[3] = {0, UINT64_C(0x0000123456789abc), UINT64_MAX - (UINT64_C(1) << 56)};
+  for (int i = 0; i < 3; i++) {
+    bool ok = run_model(seed + (uint64_t)i, steps / 3, starts[i]);
+    tap_ok(ok, "randomized model run %d (start %" PRIu64 ", %" PRIu64 " steps, seed %" PRIu64
+               "): same callbacks, same order, same times, invariants after every step",
+           i, starts[i], steps / 3, seed + (uint64_t)i);
+    if (!ok)
+      tap_diag("%s", failure);
+    tap_ok(fired_total > steps / 30, "model run %d fired a meaningful number of entries (%" PRIu64 ")",
+           i, fired_total);
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  tap_diag("model: %" PRIu64 " steps in %.2f s", steps,
+           (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+  return tap_done();
+}

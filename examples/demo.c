@@ -1,0 +1,241 @@
+/* demo: starts examples/http_server on a free loopback port, drives it for
+ * about ten seconds with a crowd of well-behaved, idle, silent, slowloris,
+ * slow-body and hang-up clients, and prints what the timeouts did.
+ *
+ * usage: demo PATH/TO/http_server [PATH/TO/http_server_uvtimer ...]
+ *        (several servers: one run each, one after the other)
+ *
+ * The server runs with short timeouts (headers 2 s, request 4 s, keep-alive
+ * 1 s) so that every kind of client meets its timeout several times. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include <uv.h>
+
+#include "loadgen.h"
+
+enum {
+  GOOD = 100,
+  IDLE = 2000,
+  SILENT = 1000,
+  SLOWLORIS = 200,
+  SLOW_BODY = 50,
+  ABORT = 50,
+  CLIENTS = GOOD + IDLE + SILENT + SLOWLORIS + SLOW_BODY + ABORT
+};
+
+#define LOAD_MS 9000
+
+typedef struct demo_s {
+  lg_server_t server;
+  long rss_base_kib, rss_peak_kib;
+  int fetched_mid;
+  char mid_stats[2048];
+  char end_stats[2048];
+} demo_t;
+
+static uv_loop_t *loop;
+
+static void on_mid_stats(lg_t *lg, const char *line) {
+  demo_t *d = lg->data;
+  snprintf(d->mid_stats, sizeof d->mid_stats, "%s", line != NULL ? line : "");
+}
+
+static void on_end_stats(lg_t *lg, const char *line) {
+  demo_t *d = lg->data;
+  snprintf(d->end_stats, sizeof d->end_stats, "%s", line != NULL ? line : "");
+}
+
+static void on_tick(lg_t *lg) {
+  demo_t *d = lg->data;
+  long rss = lg_server_rss_kib(&d->server);
+  if (rss > d->rss_peak_kib)
+    d->rss_peak_kib = rss;
+  if (!d->fetched_mid && lg_elapsed_ms(lg) >= LOAD_MS / 2) {
+    d->fetched_mid = 1;
+    lg_fetch_stats(lg, on_mid_stats);
+  }
+}
+
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < CLIENTS + 100)
+    fprintf(stderr, "demo: RLIMIT_NOFILE is %lu, %d connections need more: expect connect errors\n",
+            (unsigned long)rl.rlim_cur, CLIENTS);
+}
+
+static void print_kind_row(const lg_t *lg, int kind, const char *expect) {
+  const lg_kind_stats_t *ks = &lg->kind[kind];
+  char timing[64] = "";
+  if (ks->closed_by_server > 0 && kind != LG_GOOD && ks->lower_min_ns != UINT64_MAX)
+    snprintf(timing, sizeof timing, "%7.1f .. %7.1f", (double)ks->lower_min_ns / 1e6,
+             (double)ks->upper_max_ns / 1e6);
+  printf("  %-16s %7" PRIu64 " %8" PRIu64 " %9" PRIu64 " %9" PRIu64 "  %-18s %s\n",
+         lg_kind_names[kind], ks->clients, ks->connections, ks->responses,
+         ks->closed_by_server, timing, expect);
+}
+
+static long long stat_of(const char *line, const char *key) {
+  return lg_stat(line, key);
+}
+
+/* The word after `key=` in the stats line, or "?". */
+static const char *stat_word(const char *line, const char *key, char *out, size_t size) {
+  const char *p = strstr(line, key);
+  size_t n = 0;
+  snprintf(out, size, "?");
+  if (p == NULL || p[strlen(key)] != '=')
+    return out;
+  p += strlen(key) + 1;
+  while (p[n] != '\0' && p[n] != ' ' && n + 1 < size)
+    n++;
+  memcpy(out, p, n);
+  out[n] = '\0';
+  return out;
+}
+
+static int run_one(const char *exe) {
+  const char *const args[] = {"--port", "0", "--headers-timeout", "2000", "--request-timeout",
+                              "4000", "--keep-alive-timeout", "1000", NULL};
+  static uint8_t kinds[CLIENTS];
+  demo_t d;
+  lg_config_t config;
+  lg_t lg, fetch;
+  size_t n = 0, i;
+  const char *final;
+  uint64_t stop_started;
+  long long open_peak, conn_bytes;
+  int r;
+
+  memset(&d, 0, sizeof d);
+  r = lg_server_start(loop, &d.server, exe, args);
+  if (r != 0) {
+    fprintf(stderr, "demo: cannot start %s: %s\n", exe, uv_strerror(r));
+    return 1;
+  }
+  d.rss_base_kib = d.rss_peak_kib = lg_server_rss_kib(&d.server);
+
+  for (i = 0; i < GOOD; i++)
+    kinds[n++] = LG_GOOD;
+  for (i = 0; i < IDLE; i++)
+    kinds[n++] = LG_IDLE;
+  for (i = 0; i < SILENT; i++)
+    kinds[n++] = LG_SILENT;
+  for (i = 0; i < SLOWLORIS; i++)
+    kinds[n++] = LG_SLOWLORIS;
+  for (i = 0; i < SLOW_BODY; i++)
+    kinds[n++] = LG_SLOW_BODY;
+  for (i = 0; i < ABORT; i++)
+    kinds[n++] = LG_DELAY_ABORT;
+  memset(&config, 0, sizeof config);
+  config.host = d.server.host;
+  config.port = d.server.port;
+  config.connects_in_flight = 256;
+  config.stop_after_ms = LOAD_MS;
+  config.think_max_ms = 500;
+  config.split_gap_max_ms = 500;
+  config.delay_max_ms = 1500;
+  config.trickle_ms = 200;
+  config.abort_after_ms = 300;
+  config.repeat = 1;
+  config.seed = 2024;
+
+  printf("== %s on %s:%d: headers 2000 ms, request 4000 ms, keep-alive 1000 ms; "
+         "%d clients for %d s ==\n",
+         exe, d.server.host, d.server.port, CLIENTS, LOAD_MS / 1000);
+  fflush(stdout);
+  lg_init(&lg, loop, &config, kinds, n);
+  lg.data = &d;
+  lg.on_tick = on_tick;
+  r = lg_run(&lg, LOAD_MS + 15000);
+  printf("load ran %.1f s%s\n\n", lg_elapsed_ms(&lg) / 1000, r != 0 ? " (cut short)" : "");
+
+  lg_init(&fetch, loop, &config, NULL, 0);
+  fetch.data = &d;
+  lg_fetch_stats(&fetch, on_end_stats);
+  lg_run(&fetch, 5000);
+  lg_free(&fetch);
+
+  printf("  %-16s %7s %8s %9s %9s  %-18s %s\n", "clients", "count", "conns", "answers",
+         "cut off", "cut after (ms)", "expected");
+  print_kind_row(&lg, LG_GOOD, "never cut off");
+  print_kind_row(&lg, LG_IDLE, "keepAliveTimeout 1000 after the response");
+  print_kind_row(&lg, LG_SILENT, "headersTimeout 2000 after connect");
+  print_kind_row(&lg, LG_SLOWLORIS, "headersTimeout 2000 after connect");
+  print_kind_row(&lg, LG_SLOW_BODY, "requestTimeout 4000 after connect");
+  print_kind_row(&lg, LG_DELAY_ABORT, "they hang up: /delay ticket cancelled");
+  printf("  (cut after: earliest from before the timeout could start .. latest from after it did)\n\n");
+
+  stop_started = uv_hrtime();
+  r = lg_server_stop(loop, &d.server, 10000);
+  final = strstr(d.server.out_buf, "stats ");
+  if (final == NULL)
+    final = d.end_stats;
+  open_peak = stat_of(final, "open_peak");
+  conn_bytes = stat_of(final, "conn_bytes");
+  {
+    char timers[32], parser[32];
+    printf("server (%s timers, %s parser)\n", stat_word(final, "timers", timers, sizeof timers),
+           stat_word(final, "parser", parser, sizeof parser));
+  }
+  printf("  requests served               %lld\n", stat_of(final, "requests"));
+  printf("  closed by keepAliveTimeout    %lld\n", stat_of(final, "closed_keepalive_timeout"));
+  printf("  closed by headersTimeout      %lld\n", stat_of(final, "closed_headers_timeout"));
+  printf("  closed by requestTimeout      %lld\n", stat_of(final, "closed_request_timeout"));
+  printf("  closed by the client          %lld\n", stat_of(final, "closed_by_peer"));
+  printf("  closed at shutdown            %lld\n", stat_of(final, "closed_shutdown"));
+  printf("  /delay tasks (worker threads) scheduled %lld, fired %lld, cancelled %lld\n",
+         stat_of(final, "delay_scheduled"), stat_of(final, "delay_fired"),
+         stat_of(final, "delay_cancelled"));
+  printf("  timeouts fired early          %lld (latest %lld ms after its deadline)\n",
+         stat_of(final, "early_fires"), stat_of(final, "late_max_ms"));
+  printf("  connections open at peak      %lld\n", open_peak);
+  printf("  timers pending at peak        %lld (mid-run sample: %lld armed, %lld open)\n",
+         stat_of(final, "timers_armed_peak"), stat_of(d.mid_stats, "timers_armed"),
+         stat_of(d.mid_stats, "open"));
+  printf("  memory per connection         %lld B struct (3 timers x %lld B)", conn_bytes,
+         stat_of(final, "timer_bytes"));
+  if (open_peak > 0 && d.rss_peak_kib > d.rss_base_kib)
+    printf("; RSS %ld -> %ld KiB = %.0f B per open connection",
+           d.rss_base_kib, d.rss_peak_kib,
+           (double)(d.rss_peak_kib - d.rss_base_kib) * 1024.0 / (double)open_peak);
+  printf("\n");
+  printf("  wheel: started %lld, stopped %lld, fired %lld, cascaded %lld, wakeups %lld "
+         "(wasted %lld), remote batches %lld, late max %lld ms\n",
+         stat_of(final, "wheel_started"), stat_of(final, "wheel_stopped"),
+         stat_of(final, "wheel_fired"), stat_of(final, "wheel_cascaded"),
+         stat_of(final, "wheel_wakeups"), stat_of(final, "wheel_wasted_wakeups"),
+         stat_of(final, "wheel_remote_batches"), stat_of(final, "wheel_late_max_ms"));
+  printf("  SIGTERM -> exit status %" PRId64 "%s in %.0f ms\n\n", d.server.exit_status,
+         d.server.term_signal ? " (killed)" : "",
+         (double)(uv_hrtime() - stop_started) / 1e6);
+  printf("raw: %s\n\n", final);
+  fflush(stdout);
+  lg_free(&lg);
+  return r == 0 && lg.kind[LG_GOOD].closed_by_server == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  int i, failed = 0;
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s PATH/TO/http_server [PATH/TO/another_server ...]\n", argv[0]);
+    return 2;
+  }
+  raise_fd_limit();
+  loop = uv_default_loop();
+  for (i = 1; i < argc; i++)
+    failed |= run_one(argv[i]);
+  uv_run(loop, UV_RUN_DEFAULT);
+  uv_loop_close(loop);
+  return failed;
+}

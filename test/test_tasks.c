@@ -1,0 +1,1516 @@
+/* Any-thread tasks: uvtw_schedule, uvtw_ticket_cancel, uvtw_ticket_release.
+ *
+ * Each test_* function proves one part of the "Any-thread tasks" contract of
+ * spec/API.md on a loop and wheel of its own:
+ *
+ *   argument errors ........ UV_EINVAL, and *ticket untouched on every error
+ *   max_pending ............ UV_ENOBUFS; a won cancel frees its place at once,
+ *                            from any thread, before the loop has run
+ *   cancel results ......... cancel twice after a win: 0, 0; after the
+ *                            callback ran: UV_EALREADY, UV_EALREADY
+ *   loop-thread keep-alive . a task scheduled on the loop thread keeps
+ *                            uv_run(DEFAULT) from returning before it ran
+ *   next iteration ......... a due task scheduled inside a wheel callback runs
+ *                            in the next loop iteration, not in the same pass
+ *   prompt cancel .......... a cancelled task leaves the wheel long before its
+ *                            deadline (stats.active, next_due, loop aliveness)
+ *   close .................. pending tasks (in the wheel or still queued) get
+ *                            UV_ECANCELED before the close callback; schedules
+ *                            on a closing wheel get UV_ECANCELED; tickets can
+ *                            be cancelled and released after close; close from
+ *                            inside a task callback
+ *   stress ................. 4 producers x 100 000 tasks with random timeouts
+ *                            while a fifth thread cancels a random half: exact
+ *                            accounting, never early, per-thread FIFO among
+ *                            equal timeouts, loop thread only, stats
+ *   close race ............. the wheel closes while producers and the
+ *                            canceller are still running
+ *
+ * Environment: UVTW_TEST_SCALE (default 1.0) multiplies the task counts of
+ * the two threaded tests, for slow runs (Valgrind: 0.05 is plenty);
+ * UVTW_TEST_WATCHDOG_S (default 120) bounds how long any loop may wait.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <uv.h>
+
+#include "tap.h"
+#include "uvtw.h"
+
+#define NS_PER_MS UINT64_C(1000000)
+
+/* ---- Shared helpers ------------------------------------------------------ */
+
+static double test_scale = 1.0;
+static uint64_t watchdog_ns = 120 * UINT64_C(1000000000);
+static uv_thread_t loop_thread;
+
+/* Distinct addresses that no ticket can have: a ticket variable is preset to
+ * SENTINEL to prove an error leaves it untouched; HANDOFF_DONE marks that a
+ * callback has taken its side of a ticket handoff. */
+static char sentinel_storage;
+static char handoff_done_storage;
+#define SENTINEL ((uvtw_ticket_t *)(void *)&sentinel_storage)
+#define HANDOFF_DONE ((uvtw_ticket_t *)(void *)&handoff_done_storage)
+
+/* Problems found off the TAP path (threads, callbacks) are kept here and
+ * printed as diagnostics under the check that failed. */
+#define MAX_NOTES 12
+static uv_mutex_t notes_mutex;
+static char notes[MAX_NOTES][200];
+static int notes_count;
+
+static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...) {
+  va_list ap;
+  uv_mutex_lock(&notes_mutex);
+  if (notes_count < MAX_NOTES) {
+    va_start(ap, fmt);
+    vsnprintf(notes[notes_count], sizeof notes[0], fmt, ap);
+    va_end(ap);
+  }
+  notes_count++;
+  uv_mutex_unlock(&notes_mutex);
+}
+
+static void flush_notes(void) {
+  uv_mutex_lock(&notes_mutex);
+  for (int i = 0; i < notes_count && i < MAX_NOTES; i++)
+    tap_diag("  %s", notes[i]);
+  if (notes_count > MAX_NOTES)
+    tap_diag("  ... and %d more", notes_count - MAX_NOTES);
+  notes_count = 0;
+  uv_mutex_unlock(&notes_mutex);
+}
+
+static const char *err_name(int rc) {
+  return rc == 0 ? "0" : uv_err_name(rc);
+}
+
+/* Checks a libuv return code; the message names expected and actual. */
+static int check_rc(int actual, int expected, const char *what) {
+  if (!tap_ok(actual == expected, "%s", what))
+    tap_diag("  expected %s, got %s (%d)", err_name(expected), err_name(actual), actual);
+  return actual == expected;
+}
+
+static bool on_loop_thread(void) {
+  uv_thread_t self = uv_thread_self();
+  return uv_thread_equal(&self, &loop_thread) != 0;
+}
+
+static void sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static uint64_t rng_next(uint64_t *state) { /* splitmix64 */
+  uint64_t z = (*state += UINT64_C(0x9E3779B97F4A7C15));
+  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+static uint32_t scaled(uint32_t n, uint32_t minimum) {
+  double v = (double)n * test_scale;
+  return v < (double)minimum ? minimum : (uint32_t)v;
+}
+
+static void close_handle_cb(uv_handle_t *handle) {
+  (void)handle;
+}
+
+/* Runs the loop until every handle is closed, then closes it. */
+static void finish_loop(uv_loop_t *loop, const char *what) {
+  uv_run(loop, UV_RUN_DEFAULT);
+  int rc = uv_loop_close(loop);
+  if (rc != 0) {
+    tap_ok(0, "%s: every handle of the loop is closed at the end", what);
+    tap_diag("  uv_loop_close returned %s; open handles:", err_name(rc));
+    uv_print_all_handles(loop, stdout);
+    fflush(stdout);
+    exit(tap_done() | 1);
+  }
+}
+
+/* A watchdog so that a lost task or a wheel that keeps the loop alive fails
+ * the test instead of hanging it. Unreferenced: it never keeps a loop alive.
+ * It stops the loop and lets the test go on, except in the threaded harness
+ * (other threads still use the wheel), where it ends the program. */
+static uv_timer_t watchdog;
+static const char *watchdog_what;
+static uint64_t watchdog_ms;
+static int watchdog_fatal;
+
+static void watchdog_fired(uv_timer_t *timer) {
+  tap_ok(0, "%s: done within %" PRIu64 " ms", watchdog_what, watchdog_ms);
+  flush_notes();
+  if (watchdog_fatal)
+    exit(tap_done() | 1);
+  uv_stop(timer->loop);
+}
+
+static void watchdog_start(uv_loop_t *loop, uint64_t ms, const char *what) {
+  watchdog_what = what;
+  watchdog_ms = ms;
+  uv_timer_init(loop, &watchdog);
+  uv_timer_start(&watchdog, watchdog_fired, ms, 0);
+  uv_unref((uv_handle_t *)&watchdog);
+}
+
+static void watchdog_stop(void) {
+  uv_close((uv_handle_t *)&watchdog, close_handle_cb);
+}
+
+/* A task argument that records what happened to it. */
+typedef struct probe_s {
+  int calls;
+  int status;
+  int wrong_thread;
+  uint64_t ran_ns;
+} probe_t;
+
+static void probe_cb(void *arg, int status) {
+  probe_t *p = arg;
+  p->calls++;
+  p->status = status;
+  p->ran_ns = uv_hrtime();
+  if (!on_loop_thread())
+    p->wrong_thread++;
+}
+
+/* The argument of schedules that must fail: if one succeeds, its callback
+ * lands here harmlessly and the check on the return code reports it. */
+static probe_t stray_probe;
+
+static void closed_flag_cb(uvtw_wheel_t *wheel, void *arg) {
+  (void)wheel;
+  ++*(int *)arg;
+}
+
+/* Closes the wheel, waits for its close callback and closes the loop. */
+static void close_wheel_and_loop(uv_loop_t *loop, uvtw_wheel_t *wheel, const char *what) {
+  int closed = 0;
+  uvtw_wheel_close(wheel, closed_flag_cb, &closed);
+  uv_run(loop, UV_RUN_DEFAULT);
+  if (closed != 1) {
+    tap_ok(0, "%s: the wheel's close callback ran once", what);
+    tap_diag("  it ran %d times", closed);
+  }
+  finish_loop(loop, what);
+}
+
+/* ---- Argument errors ------------------------------------------------------ */
+
+static void test_argument_errors(void) {
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel = NULL;
+  probe_t probe = {0};
+  uvtw_ticket_t *ticket = SENTINEL;
+  uvtw_stats_t stats;
+
+  uv_loop_init(&loop);
+  if (!check_rc(uvtw_wheel_new(&loop, NULL, &wheel), 0, "errors: uvtw_wheel_new succeeds"))
+    exit(tap_done() | 1);
+
+  check_rc(uvtw_schedule(NULL, 0, probe_cb, &probe, &ticket), UV_EINVAL,
+           "errors: schedule on a NULL wheel is UV_EINVAL");
+  tap_ok(ticket == SENTINEL, "errors: a NULL wheel leaves *ticket untouched");
+  check_rc(uvtw_schedule(wheel, 0, NULL, &probe, &ticket), UV_EINVAL,
+           "errors: schedule with a NULL callback is UV_EINVAL");
+  tap_ok(ticket == SENTINEL, "errors: a NULL callback leaves *ticket untouched");
+  check_rc(uvtw_schedule(NULL, 0, probe_cb, &probe, NULL), UV_EINVAL,
+           "errors: fire-and-forget on a NULL wheel is UV_EINVAL");
+  check_rc(uvtw_schedule(wheel, 0, NULL, &probe, NULL), UV_EINVAL,
+           "errors: fire-and-forget with a NULL callback is UV_EINVAL");
+  check_rc(uvtw_ticket_cancel(NULL), UV_EINVAL, "errors: cancelling a NULL ticket is UV_EINVAL");
+  uvtw_ticket_release(NULL);
+  tap_ok(1, "errors: releasing a NULL ticket is ignored");
+
+  uvtw_wheel_stats(wheel, &stats);
+  TAP_EQ(stats.active, 0, "errors: failed schedules queued nothing (stats.active)");
+  TAP_EQ(stats.started, 0, "errors: failed schedules queued nothing (stats.started)");
+  tap_ok(!uv_loop_alive(&loop), "errors: failed schedules do not keep the loop alive");
+
+  uv_run(&loop, UV_RUN_NOWAIT);
+  TAP_EQ(probe.calls, 0, "errors: no callback ran for a failed schedule");
+  close_wheel_and_loop(&loop, wheel, "errors");
+}
+
+/* ---- max_pending ------------------------------------------------------------ */
+
+typedef struct max_pending_thread_s {
+  uvtw_wheel_t *wheel;
+  uvtw_ticket_t *to_cancel;
+  probe_t *probe;
+  int rc_full;          /* schedule while full */
+  int rc_full_untouched;
+  int rc_cancel;        /* cancel of to_cancel */
+  int rc_after_cancel;  /* schedule right after the won cancel */
+  uvtw_ticket_t *ticket;
+  int rc_full_again;
+} max_pending_thread_t;
+
+static void max_pending_thread(void *arg) {
+  max_pending_thread_t *m = arg;
+  uvtw_ticket_t *t = SENTINEL;
+  m->rc_full = uvtw_schedule(m->wheel, 10000, probe_cb, m->probe, &t);
+  m->rc_full_untouched = (t == SENTINEL);
+  m->rc_cancel = uvtw_ticket_cancel(m->to_cancel);
+  m->ticket = SENTINEL;
+  m->rc_after_cancel = uvtw_schedule(m->wheel, 10000, probe_cb, m->probe, &m->ticket);
+  m->rc_full_again = uvtw_schedule(m->wheel, 10000, probe_cb, m->probe, NULL);
+}
+
+static void test_max_pending(void) {
+  enum { LIMIT = 4 };
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel = NULL;
+  uvtw_options_t opts = {.tick_ms = 0, .max_pending = LIMIT};
+  probe_t probes[16];
+  uvtw_ticket_t *tickets[16];
+  uvtw_ticket_t *t;
+  int ok = 1;
+
+  memset(probes, 0, sizeof probes);
+  uv_loop_init(&loop);
+  if (!check_rc(uvtw_wheel_new(&loop, &opts, &wheel), 0, "max_pending: uvtw_wheel_new succeeds"))
+    exit(tap_done() | 1);
+
+  for (int i = 0; i < LIMIT; i++) {
+    tickets[i] = NULL;
+    ok &= uvtw_schedule(wheel, 10000, probe_cb, &probes[i], &tickets[i]) == 0;
+    ok &= tickets[i] != NULL && tickets[i] != SENTINEL;
+  }
+  tap_ok(ok, "max_pending: %d schedules up to the limit succeed and hand out tickets", LIMIT);
+
+  t = SENTINEL;
+  check_rc(uvtw_schedule(wheel, 10000, probe_cb, &probes[15], &t), UV_ENOBUFS,
+           "max_pending: one schedule past the limit is UV_ENOBUFS");
+  tap_ok(t == SENTINEL, "max_pending: UV_ENOBUFS leaves *ticket untouched");
+  check_rc(uvtw_schedule(wheel, 0, probe_cb, &probes[15], NULL), UV_ENOBUFS,
+           "max_pending: fire-and-forget tasks count against the limit too");
+
+  check_rc(uvtw_ticket_cancel(tickets[1]), 0, "max_pending: cancelling a pending task wins");
+  check_rc(uvtw_ticket_cancel(tickets[1]), 0, "cancel: cancelling again after a win returns 0 again");
+  tickets[4] = SENTINEL;
+  check_rc(uvtw_schedule(wheel, 10000, probe_cb, &probes[4], &tickets[4]), 0,
+           "max_pending: a won cancel frees its place at once (loop not run in between)");
+  if (tickets[4] == SENTINEL)
+    tickets[4] = NULL; /* failed: nothing to cancel or release (both take NULL) */
+  check_rc(uvtw_schedule(wheel, 10000, probe_cb, &probes[15], NULL), UV_ENOBUFS,
+           "max_pending: ...and only one place");
+
+  /* The same from another thread: its tasks wait in the queue, which counts. */
+  max_pending_thread_t m = {.wheel = wheel, .to_cancel = tickets[2], .probe = &probes[5]};
+  uv_thread_t thread;
+  uv_thread_create(&thread, max_pending_thread, &m);
+  uv_thread_join(&thread);
+  check_rc(m.rc_full, UV_ENOBUFS, "max_pending: another thread gets UV_ENOBUFS while full");
+  tap_ok(m.rc_full_untouched, "max_pending: ...and its *ticket is untouched");
+  check_rc(m.rc_cancel, 0, "max_pending: another thread's cancel of a loop-thread task wins");
+  check_rc(m.rc_after_cancel, 0, "max_pending: that won cancel frees a place for the other thread at once");
+  tap_ok(m.ticket != SENTINEL && m.ticket != NULL, "max_pending: ...which gets a ticket");
+  check_rc(m.rc_full_again, UV_ENOBUFS, "max_pending: a queued cross-thread task holds its place");
+  tickets[5] = m.ticket == SENTINEL ? NULL : m.ticket;
+
+  /* Cancel everything left; none of it may run, nor keep the loop alive. */
+  ok = 1;
+  for (int i = 0; i < 6; i++) {
+    if (i == 1 || i == 2 || tickets[i] == NULL)
+      continue;
+    ok &= uvtw_ticket_cancel(tickets[i]) == 0;
+  }
+  tap_ok(ok, "max_pending: cancelling the other pending tasks wins");
+  for (int i = 0; i < 6; i++)
+    uvtw_ticket_release(tickets[i]);
+
+  /* Firing also frees places. */
+  ok = 1;
+  for (int i = 0; i < LIMIT; i++) {
+    tickets[i] = NULL;
+    ok &= uvtw_schedule(wheel, 0, probe_cb, &probes[8 + i], &tickets[i]) == 0;
+  }
+  tap_ok(ok, "max_pending: after cancelling everything, %d places are free again", LIMIT);
+  watchdog_start(&loop, 5000, "max_pending: uv_run with cancelled 10 s tasks and four 0 ms tasks");
+  uint64_t t0 = uv_hrtime();
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uint64_t run_ms = (uv_hrtime() - t0) / NS_PER_MS;
+  watchdog_stop();
+  uv_run(&loop, UV_RUN_DEFAULT);
+  if (!tap_ok(run_ms < 2000, "max_pending: cancelled 10 s tasks do not keep the loop alive"))
+    tap_diag("  uv_run(DEFAULT) took %" PRIu64 " ms", run_ms);
+
+  ok = 1;
+  for (int i = 0; i < 8; i++)
+    ok &= probes[i].calls == 0;
+  tap_ok(ok, "max_pending: no cancelled task ever ran");
+  ok = 1;
+  for (int i = 8; i < 8 + LIMIT; i++)
+    ok &= probes[i].calls == 1 && probes[i].status == 0 && !probes[i].wrong_thread;
+  tap_ok(ok, "max_pending: the %d 0 ms tasks ran once each, with status 0, on the loop thread", LIMIT);
+  TAP_EQ(probes[15].calls, 0, "max_pending: no rejected task ever ran");
+
+  ok = 1;
+  for (int i = 0; i < LIMIT; i++) {
+    ok &= uvtw_ticket_cancel(tickets[i]) == UV_EALREADY;
+    ok &= uvtw_ticket_cancel(tickets[i]) == UV_EALREADY;
+  }
+  tap_ok(ok, "cancel: cancelling after the callback ran returns UV_EALREADY, twice");
+  for (int i = 0; i < LIMIT; i++)
+    uvtw_ticket_release(tickets[i]);
+
+  ok = 1;
+  for (int i = 0; i < LIMIT; i++) {
+    tickets[i] = NULL;
+    ok &= uvtw_schedule(wheel, 10000, probe_cb, &probes[15], &tickets[i]) == 0;
+  }
+  tap_ok(ok, "max_pending: tasks that fired gave their places back");
+  ok = 1;
+  for (int i = 0; i < LIMIT; i++) {
+    ok &= tickets[i] == NULL || uvtw_ticket_cancel(tickets[i]) == 0;
+    uvtw_ticket_release(tickets[i]);
+  }
+  tap_ok(ok, "max_pending: ...and those cancel again (0)");
+  close_wheel_and_loop(&loop, wheel, "max_pending");
+  TAP_EQ(probes[15].calls, 0, "max_pending: tasks cancelled before close never ran, even at close");
+}
+
+/* ---- A loop-thread task keeps the loop alive ------------------------------ */
+
+static void test_loop_thread_keeps_alive(void) {
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel = NULL;
+  probe_t forget = {0}, held = {0};
+  uvtw_ticket_t *ticket = NULL;
+  uvtw_stats_t stats;
+
+  uv_loop_init(&loop);
+  if (!check_rc(uvtw_wheel_new(&loop, NULL, &wheel), 0, "keep-alive: uvtw_wheel_new succeeds"))
+    exit(tap_done() | 1);
+  tap_ok(!uv_loop_alive(&loop), "keep-alive: an idle wheel does not keep the loop alive");
+
+  uv_update_time(&loop);
+  uint64_t t0 = uv_hrtime();
+  check_rc(uvtw_schedule(wheel, 30, probe_cb, &forget, NULL), 0,
+           "keep-alive: fire-and-forget schedule on the loop thread succeeds");
+  tap_ok(uv_loop_alive(&loop), "keep-alive: the loop is alive right after the call");
+  uvtw_wheel_stats(wheel, &stats);
+  TAP_EQ(stats.active, 1, "keep-alive: a loop-thread task goes straight into the wheel (stats.active)");
+  int64_t due = uvtw_wheel_next_due(wheel);
+  if (!tap_ok(due >= 0 && due <= 30, "keep-alive: next_due sees the loop-thread task at once"))
+    tap_diag("  next_due = %" PRId64 ", expected 0..30", due);
+
+  watchdog_start(&loop, 5000, "keep-alive: uv_run");
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uint64_t elapsed_ns = uv_hrtime() - t0;
+  TAP_EQ(forget.calls, 1, "keep-alive: uv_run(DEFAULT) returned only after the 30 ms task ran");
+  TAP_EQ(forget.status, 0, "keep-alive: ...with status 0");
+  if (!tap_ok(forget.calls == 1 && forget.ran_ns - t0 >= 29 * NS_PER_MS,
+              "keep-alive: ...not before 29 ms after the call"))
+    tap_diag("  it ran after %.3f ms", (forget.ran_ns - t0) / 1e6);
+  if (!tap_ok(elapsed_ns < 2000 * NS_PER_MS, "keep-alive: ...and the loop ended right after it"))
+    tap_diag("  uv_run took %.3f ms", elapsed_ns / 1e6);
+
+  check_rc(uvtw_schedule(wheel, 5, probe_cb, &held, &ticket), 0,
+           "keep-alive: a schedule with a ticket on the loop thread succeeds");
+  tap_ok(uv_loop_alive(&loop), "keep-alive: the loop is alive right after that call too");
+  uv_run(&loop, UV_RUN_DEFAULT);
+  TAP_EQ(held.calls, 1, "keep-alive: uv_run(DEFAULT) returned only after the ticketed task ran");
+  check_rc(uvtw_ticket_cancel(ticket), UV_EALREADY, "keep-alive: its cancel afterwards is UV_EALREADY");
+  uvtw_ticket_release(ticket);
+  watchdog_stop();
+  uvtw_wheel_stats(wheel, &stats);
+  TAP_EQ(stats.fired, 2, "keep-alive: stats.fired counts both tasks");
+  TAP_EQ(stats.active, 0, "keep-alive: stats.active is 0 after both ran");
+  close_wheel_and_loop(&loop, wheel, "keep-alive");
+}
+
+/* ---- Tasks scheduled inside a wheel callback run in the next iteration --- */
+
+typedef struct chain_s {
+  uvtw_wheel_t *wheel;
+  uv_check_t check;
+  uint64_t iteration;      /* bumped once per loop iteration by the check handle */
+  uint64_t last_iteration;
+  int links;
+  int same_pass;
+  int errors;
+} chain_t;
+
+enum { CHAIN_LINKS = 200 };
+
+static void chain_check_cb(uv_check_t *check) {
+  chain_t *c = check->data;
+  c->iteration++;
+}
+
+static void chain_cb(void *arg, int status) {
+  chain_t *c = arg;
+  if (status != 0) {
+    c->errors++;
+    return;
+  }
+  if (c->links > 0 && c->iteration == c->last_iteration)
+    c->same_pass++;
+  c->last_iteration = c->iteration;
+  if (++c->links < CHAIN_LINKS && uvtw_schedule(c->wheel, 0, chain_cb, c, NULL) != 0)
+    c->errors++;
+}
+
+static void test_next_iteration(void) {
+  uv_loop_t loop;
+  chain_t c;
+
+  memset(&c, 0, sizeof c);
+  uv_loop_init(&loop);
+  if (!check_rc(uvtw_wheel_new(&loop, NULL, &c.wheel), 0, "next-iteration: uvtw_wheel_new succeeds"))
+    exit(tap_done() | 1);
+  uv_check_init(&loop, &c.check);
+  c.check.data = &c;
+  uv_check_start(&c.check, chain_check_cb);
+  uv_unref((uv_handle_t *)&c.check);
+
+  check_rc(uvtw_schedule(c.wheel, 0, chain_cb, &c, NULL), 0, "next-iteration: first link scheduled");
+  watchdog_start(&loop, 10000, "next-iteration: uv_run");
+  uv_run(&loop, UV_RUN_DEFAULT);
+  watchdog_stop();
+  TAP_EQ(c.links, CHAIN_LINKS,
+         "next-iteration: a chain of 0 ms tasks, each scheduled from the previous one's callback, "
+         "keeps the loop alive to the end");
+  TAP_EQ(c.errors, 0, "next-iteration: every link was scheduled and ran with status 0");
+  if (!tap_ok(c.same_pass == 0,
+              "next-iteration: a due task scheduled inside a wheel callback runs in the next loop "
+              "iteration, never in the same pass"))
+    tap_diag("  %d of %d links ran in the same loop iteration as the callback that scheduled them",
+             c.same_pass, CHAIN_LINKS - 1);
+  uv_close((uv_handle_t *)&c.check, close_handle_cb);
+  close_wheel_and_loop(&loop, c.wheel, "next-iteration");
+}
+
+/* ---- A cancelled task leaves the wheel promptly --------------------------- */
+
+enum { PROMPT_TASKS = 1000 };
+
+typedef struct prompt_s {
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel;
+  uv_timer_t poll;
+  probe_t probes[PROMPT_TASKS];
+  uvtw_ticket_t *tickets[PROMPT_TASKS];
+  atomic_int phase;       /* 0 scheduling, 1 scheduled, 2 taken in (go cancel), 3 cancelled */
+  int scheduled_ok;
+  int cancelled_ok;
+  uint64_t cancelled_ns;  /* when the other thread finished cancelling */
+  uint64_t left_ns;       /* when the loop saw the wheel empty */
+  uint64_t active_taken_in;
+  int taken_in;
+} prompt_t;
+
+static void prompt_thread(void *arg) {
+  prompt_t *p = arg;
+  for (int i = 0; i < PROMPT_TASKS; i++)
+    p->scheduled_ok += uvtw_schedule(p->wheel, 10000, probe_cb, &p->probes[i], &p->tickets[i]) == 0;
+  atomic_store(&p->phase, 1);
+  while (atomic_load(&p->phase) != 2)
+    sleep_us(200);
+  for (int i = 0; i < PROMPT_TASKS; i++) {
+    p->cancelled_ok += uvtw_ticket_cancel(p->tickets[i]) == 0;
+    uvtw_ticket_release(p->tickets[i]);
+  }
+  p->cancelled_ns = uv_hrtime();
+  atomic_store(&p->phase, 3);
+}
+
+static void prompt_poll_cb(uv_timer_t *timer) {
+  prompt_t *p = timer->data;
+  uvtw_stats_t stats;
+  uvtw_wheel_stats(p->wheel, &stats);
+  int phase = atomic_load(&p->phase);
+  if (phase == 1 && stats.active == PROMPT_TASKS) {
+    p->taken_in = 1;
+    p->active_taken_in = stats.active;
+    atomic_store(&p->phase, 2);
+  } else if (phase == 3 && stats.active == 0 && uvtw_wheel_next_due(p->wheel) == -1) {
+    p->left_ns = uv_hrtime();
+    uv_timer_stop(timer);
+  }
+}
+
+static void test_cancel_leaves_promptly(void) {
+  prompt_t *p = calloc(1, sizeof *p);
+  uvtw_stats_t stats;
+  probe_t local = {0};
+  uvtw_ticket_t *ticket = NULL;
+
+  uv_loop_init(&p->loop);
+  if (!check_rc(uvtw_wheel_new(&p->loop, NULL, &p->wheel), 0, "prompt: uvtw_wheel_new succeeds"))
+    exit(tap_done() | 1);
+
+  /* On the loop thread. */
+  check_rc(uvtw_schedule(p->wheel, 10000, probe_cb, &local, &ticket), 0,
+           "prompt: a 10 s task is scheduled on the loop thread");
+  uvtw_wheel_stats(p->wheel, &stats);
+  TAP_EQ(stats.active, 1, "prompt: it is in the wheel at once (stats.active)");
+  int64_t due = uvtw_wheel_next_due(p->wheel);
+  if (!tap_ok(due > 9000 && due <= 10000, "prompt: next_due sees it (about 10000 ms)"))
+    tap_diag("  next_due = %" PRId64, due);
+  check_rc(uvtw_ticket_cancel(ticket), 0, "prompt: its cancel wins");
+  uvtw_ticket_release(ticket);
+  watchdog_start(&p->loop, 5000, "prompt: uv_run with one cancelled 10 s task");
+  uint64_t t0 = uv_hrtime();
+  uv_run(&p->loop, UV_RUN_DEFAULT);
+  uint64_t run_ns = uv_hrtime() - t0;
+  watchdog_stop();
+  uv_run(&p->loop, UV_RUN_DEFAULT);
+  if (!tap_ok(run_ns < 1000 * NS_PER_MS,
+              "prompt: a cancelled 10 s task does not keep the loop alive (uv_run returns at once)"))
+    tap_diag("  uv_run(DEFAULT) took %.1f ms", run_ns / 1e6);
+  uvtw_wheel_stats(p->wheel, &stats);
+  TAP_EQ(stats.active, 0, "prompt: after one loop run the cancelled task is gone (stats.active)");
+  due = uvtw_wheel_next_due(p->wheel);
+  if (!tap_ok(due == -1, "prompt: ...and next_due no longer sees it"))
+    tap_diag("  next_due = %" PRId64 ", expected -1", due);
+  TAP_EQ(local.calls, 0, "prompt: the cancelled task never ran");
+
+  /* From another thread, once the loop has taken the tasks in. */
+  uv_timer_init(&p->loop, &p->poll);
+  p->poll.data = p;
+  uv_timer_start(&p->poll, prompt_poll_cb, 1, 1);
+  watchdog_start(&p->loop, 8000, "prompt: take in 1000 10 s tasks, cancel them, see them leave");
+  uv_thread_t thread;
+  uv_thread_create(&thread, prompt_thread, p);
+  uv_run(&p->loop, UV_RUN_DEFAULT);
+  watchdog_stop();
+  /* If the watchdog stopped the loop before the tasks were seen taken in,
+   * let the thread go on to cancel them anyway, so it can be joined. */
+  while (atomic_load(&p->phase) == 0)
+    sleep_us(1000);
+  int scheduled = 1;
+  atomic_compare_exchange_strong(&p->phase, &scheduled, 2);
+  uv_thread_join(&thread);
+  uv_close((uv_handle_t *)&p->poll, close_handle_cb);
+  uv_run(&p->loop, UV_RUN_DEFAULT);
+
+  TAP_EQ(p->scheduled_ok, PROMPT_TASKS, "prompt: another thread scheduled 1000 tasks of 10 s");
+  TAP_EQ(p->active_taken_in, PROMPT_TASKS, "prompt: the loop took all of them in (stats.active)");
+  TAP_EQ(p->cancelled_ok, PROMPT_TASKS, "prompt: the other thread's cancels all won");
+  uint64_t gone_ms = (p->left_ns - p->cancelled_ns) / NS_PER_MS;
+  if (!tap_ok(p->left_ns != 0 && gone_ms < 2000,
+              "prompt: the cancelled tasks left the wheel long before their deadline "
+              "(stats.active 0, next_due -1)"))
+    tap_diag("  %s", p->left_ns ? "took too long" : "they never left");
+  else
+    tap_diag("  gone %" PRIu64 " ms after the last cancel", gone_ms);
+  int ran = 0;
+  for (int i = 0; i < PROMPT_TASKS; i++)
+    ran += p->probes[i].calls;
+  TAP_EQ(ran, 0, "prompt: none of the cancelled tasks ran");
+  uvtw_wheel_stats(p->wheel, &stats);
+  TAP_EQ(stats.stopped, PROMPT_TASKS + 1, "prompt: stats.stopped counts every won cancel");
+  tap_ok(stats.remote_batches > 0, "prompt: stats.remote_batches > 0 after cross-thread scheduling");
+  close_wheel_and_loop(&p->loop, p->wheel, "prompt");
+  free(p);
+}
+
+/* ---- Close ----------------------------------------------------------------- */
+
+enum { CLOSE_A, CLOSE_B, CLOSE_C, CLOSE_D, CLOSE_E, CLOSE_PROBES };
+
+typedef struct close_test_s {
+  uvtw_wheel_t *wheel;
+  probe_t probes[CLOSE_PROBES];
+  int close_called;
+  int close_cb_runs;
+  int calls_at_close_cb[CLOSE_PROBES];
+  int schedule_in_close_cb;
+  int schedule_in_task_cb;
+  int schedule_in_task_cb_untouched;
+  int ecanceled_before_close;
+} close_test_t;
+
+static close_test_t *close_ctx;
+
+static void close_task_cb(void *arg, int status) {
+  probe_cb(arg, status);
+  if (status == UV_ECANCELED && !close_ctx->close_called)
+    close_ctx->ecanceled_before_close++;
+  if (arg == &close_ctx->probes[CLOSE_A]) {
+    uvtw_ticket_t *t = SENTINEL;
+    close_ctx->schedule_in_task_cb = uvtw_schedule(close_ctx->wheel, 0, probe_cb, arg, &t);
+    close_ctx->schedule_in_task_cb_untouched = (t == SENTINEL);
+  }
+}
+
+static void close_test_cb(uvtw_wheel_t *wheel, void *arg) {
+  close_test_t *c = arg;
+  c->close_cb_runs++;
+  tap_ok(wheel == c->wheel, "close: the close callback gets the wheel");
+  for (int i = 0; i < CLOSE_PROBES; i++)
+    c->calls_at_close_cb[i] = c->probes[i].calls;
+  c->schedule_in_close_cb = uvtw_schedule(wheel, 0, probe_cb, &c->probes[CLOSE_D], NULL);
+}
+
+typedef struct ticket_job_s {
+  uvtw_wheel_t *wheel;
+  probe_t *probe;
+  uvtw_ticket_t *ticket;
+  int rc;
+  int cancel_rc;
+} ticket_job_t;
+
+static void schedule_job(void *arg) {
+  ticket_job_t *j = arg;
+  j->rc = uvtw_schedule(j->wheel, 10000, close_task_cb, j->probe, &j->ticket);
+}
+
+static void cancel_release_job(void *arg) {
+  ticket_job_t *j = arg;
+  j->cancel_rc = uvtw_ticket_cancel(j->ticket);
+  uvtw_ticket_release(j->ticket);
+}
+
+/* A task callback that closes the wheel, twice (the second call is ignored). */
+typedef struct close_inside_s {
+  uvtw_wheel_t *wheel;
+  int close_cb_runs;
+  probe_t pending;
+} close_inside_t;
+
+static void close_inside_close_cb(uvtw_wheel_t *wheel, void *arg) {
+  close_inside_t *c = arg;
+  (void)wheel;
+  c->close_cb_runs++;
+}
+
+static void close_inside_task_cb(void *arg, int status) {
+  close_inside_t *c = arg;
+  if (status == 0) {
+    uvtw_wheel_close(c->wheel, close_inside_close_cb, c);
+    uvtw_wheel_close(c->wheel, close_inside_close_cb, c);
+  }
+}
+
+static void test_close(void) {
+  uv_loop_t loop;
+  close_test_t c;
+  uvtw_ticket_t *tickets[CLOSE_PROBES] = {0};
+  uvtw_ticket_t *t;
+
+  memset(&c, 0, sizeof c);
+  close_ctx = &c;
+  uv_loop_init(&loop);
+  if (!check_rc(uvtw_wheel_new(&loop, NULL, &c.wheel), 0, "close: uvtw_wheel_new succeeds"))
+    exit(tap_done() | 1);
+
+  /* A: 10 s with a ticket; B: 0 ms with a ticket, never given a loop run;
+   * C: 5 s fire-and-forget; D: cancelled before close; E: scheduled by another
+   * thread and still in the queue at close (the loop never ran). */
+  int ok = 1;
+  ok &= uvtw_schedule(c.wheel, 10000, close_task_cb, &c.probes[CLOSE_A], &tickets[CLOSE_A]) == 0;
+  ok &= uvtw_schedule(c.wheel, 0, close_task_cb, &c.probes[CLOSE_B], &tickets[CLOSE_B]) == 0;
+  ok &= uvtw_schedule(c.wheel, 5000, close_task_cb, &c.probes[CLOSE_C], NULL) == 0;
+  ok &= uvtw_schedule(c.wheel, 10000, close_task_cb, &c.probes[CLOSE_D], &tickets[CLOSE_D]) == 0;
+  tap_ok(ok, "close: four tasks scheduled on the loop thread");
+  check_rc(uvtw_ticket_cancel(tickets[CLOSE_D]), 0, "close: one of them is cancelled before close");
+  ticket_job_t job = {.wheel = c.wheel, .probe = &c.probes[CLOSE_E]};
+  uv_thread_t thread;
+  uv_thread_create(&thread, schedule_job, &job);
+  uv_thread_join(&thread);
+  check_rc(job.rc, 0, "close: another thread scheduled a fifth task (still queued)");
+  tickets[CLOSE_E] = job.ticket;
+
+  c.close_called = 1;
+  uvtw_wheel_close(c.wheel, close_test_cb, &c);
+  t = SENTINEL;
+  check_rc(uvtw_schedule(c.wheel, 0, probe_cb, &c.probes[CLOSE_D], &t), UV_ECANCELED,
+           "close: schedule after uvtw_wheel_close returned is UV_ECANCELED");
+  tap_ok(t == SENTINEL, "close: ...and leaves *ticket untouched");
+  check_rc(uvtw_schedule(c.wheel, 0, probe_cb, &c.probes[CLOSE_D], NULL), UV_ECANCELED,
+           "close: fire-and-forget after close is UV_ECANCELED");
+  job.rc = 1;
+  job.ticket = SENTINEL;
+  uv_thread_create(&thread, schedule_job, &job);
+  uv_thread_join(&thread);
+  check_rc(job.rc, UV_ECANCELED, "close: another thread's schedule on the closing wheel is UV_ECANCELED");
+  tap_ok(job.ticket == SENTINEL, "close: ...and leaves its *ticket untouched");
+  check_rc(uvtw_ticket_cancel(tickets[CLOSE_D]), 0, "close: a won cancel still returns 0 while closing");
+
+  watchdog_start(&loop, 5000, "close: uv_run after uvtw_wheel_close");
+  uv_run(&loop, UV_RUN_DEFAULT);
+  watchdog_stop();
+  uv_run(&loop, UV_RUN_DEFAULT);
+
+  TAP_EQ(c.close_cb_runs, 1, "close: the close callback ran exactly once");
+  ok = 1;
+  for (int i = 0; i < CLOSE_PROBES; i++) {
+    if (i == CLOSE_D)
+      continue;
+    ok &= c.calls_at_close_cb[i] == 1 && c.probes[i].calls == 1;
+    ok &= c.probes[i].status == UV_ECANCELED && !c.probes[i].wrong_thread;
+  }
+  if (!tap_ok(ok, "close: every pending task (in the wheel or still queued) ran once with "
+                  "UV_ECANCELED, on the loop thread, before the close callback"))
+    for (int i = 0; i < CLOSE_PROBES; i++)
+      tap_diag("  task %c: calls at close cb %d, calls %d, status %s", 'A' + i,
+               c.calls_at_close_cb[i], c.probes[i].calls, err_name(c.probes[i].status));
+  TAP_EQ(c.probes[CLOSE_D].calls, 0, "close: the task whose cancel won never ran, not even at close");
+  TAP_EQ(c.ecanceled_before_close, 0, "close: no UV_ECANCELED before uvtw_wheel_close");
+  check_rc(c.schedule_in_task_cb, UV_ECANCELED,
+           "close: schedule inside an UV_ECANCELED callback is UV_ECANCELED");
+  tap_ok(c.schedule_in_task_cb_untouched, "close: ...and leaves *ticket untouched");
+  check_rc(c.schedule_in_close_cb, UV_ECANCELED, "close: schedule inside the close callback is UV_ECANCELED");
+
+  check_rc(uvtw_ticket_cancel(tickets[CLOSE_A]), UV_EALREADY,
+           "close: cancel after close of a task that ran with UV_ECANCELED is UV_EALREADY");
+  check_rc(uvtw_ticket_cancel(tickets[CLOSE_B]), UV_EALREADY,
+           "close: ...also for a 0 ms task that never had a loop run");
+  check_rc(uvtw_ticket_cancel(tickets[CLOSE_D]), 0, "close: a won cancel still returns 0 after close");
+  uvtw_ticket_release(tickets[CLOSE_A]);
+  uvtw_ticket_release(tickets[CLOSE_D]);
+  finish_loop(&loop, "close");
+  /* Released from another thread after the loop itself is gone. */
+  ticket_job_t late = {.ticket = tickets[CLOSE_E]};
+  uv_thread_create(&thread, cancel_release_job, &late);
+  uv_thread_join(&thread);
+  check_rc(late.cancel_rc, UV_EALREADY,
+           "close: another thread cancels a queued-at-close task after the loop closed: UV_EALREADY");
+  late.ticket = tickets[CLOSE_B];
+  uv_thread_create(&thread, cancel_release_job, &late);
+  uv_thread_join(&thread);
+  check_rc(late.cancel_rc, UV_EALREADY, "close: ...and releases the last ticket there");
+
+  /* Close from inside a task callback. */
+  close_inside_t ci;
+  uvtw_ticket_t *pending_ticket = NULL;
+  memset(&ci, 0, sizeof ci);
+  uv_loop_init(&loop);
+  if (!check_rc(uvtw_wheel_new(&loop, NULL, &ci.wheel), 0, "close-inside: uvtw_wheel_new succeeds"))
+    exit(tap_done() | 1);
+  ok = uvtw_schedule(ci.wheel, 0, close_inside_task_cb, &ci, NULL) == 0;
+  ok &= uvtw_schedule(ci.wheel, 10000, probe_cb, &ci.pending, &pending_ticket) == 0;
+  tap_ok(ok, "close-inside: a closing task and a 10 s task scheduled");
+  watchdog_start(&loop, 5000, "close-inside: uv_run");
+  uv_run(&loop, UV_RUN_DEFAULT);
+  watchdog_stop();
+  TAP_EQ(ci.close_cb_runs, 1,
+         "close-inside: closing (twice) from inside a task callback runs the close callback once");
+  tap_ok(ci.pending.calls == 1 && ci.pending.status == UV_ECANCELED,
+         "close-inside: the pending 10 s task ran once with UV_ECANCELED");
+  check_rc(uvtw_ticket_cancel(pending_ticket), UV_EALREADY, "close-inside: its cancel is UV_EALREADY");
+  uvtw_ticket_release(pending_ticket);
+  finish_loop(&loop, "close-inside");
+}
+
+/* ---- The threaded harness: stress and close race -------------------------- */
+
+enum { NPROD = 4, STRESS_MAX_TIMEOUT = 50, CLOSE_MAX_TIMEOUT = 200, CLOSE_RESERVE = 16 };
+
+/* What happens to a task's ticket. */
+enum task_kind {
+  K_CANCEL,        /* the canceller thread cancels it, then releases it */
+  K_FORGET,        /* no ticket */
+  K_RELEASE_NOW,   /* the producer releases it right after the call */
+  K_RELEASE_IN_CB, /* whoever comes second of the producer and the callback releases it */
+  K_HOLD,          /* kept to the end; then cancelled (must be UV_EALREADY) and released */
+};
+
+/* Delay from the call to the cancel, so cancels race the deadlines at every
+ * distance; LAG_AFTER_CLOSE (close race only) waits for the close callback. */
+#define NLAG 5
+#define LAG_AFTER_CLOSE NLAG
+static const uint64_t lag_ms[NLAG] = {0, 1, 8, 25, 50};
+
+typedef struct task_s {
+  /* Written by the producer before uvtw_schedule; read-only afterwards. */
+  uint64_t call_ns;
+  uint32_t seq;
+  uint16_t timeout;
+  uint8_t producer;
+  uint8_t kind;
+  uint8_t lag;
+  /* Producer, after the call; read by others after `published`. */
+  int schedule_rc;
+  uvtw_ticket_t *ticket;
+  _Atomic(uvtw_ticket_t *) handoff; /* K_RELEASE_IN_CB */
+  /* Canceller. */
+  atomic_int cancel_rc; /* 1: not attempted */
+  /* Loop thread. */
+  int callbacks;
+  int status;
+  uint64_t ran_ns;
+  /* Any thread. */
+  atomic_int releases;
+} task_t;
+
+typedef struct harness_s harness_t;
+
+enum { LATE_BUCKETS = 1024 };
+
+typedef struct producer_s {
+  harness_t *h;
+  int index;
+  uv_thread_t thread;
+  uint32_t capacity;
+  task_t *tasks;
+  uint64_t seed;
+  atomic_uint published;  /* tasks[0..published) are settled on the producer side */
+  /* Valid once the producer is done. */
+  uint32_t scheduled_ok;
+  uint32_t rejected_closing;  /* UV_ECANCELED */
+  uint32_t failures;          /* anything else, or UV_ECANCELED outside a close */
+  uint32_t ok_after_close;    /* 0 returned although close had returned before the call */
+  uint32_t ok_after_rejection;
+  uint32_t touched_on_error;
+  uint64_t done_ns;
+} producer_t;
+
+struct harness_s {
+  const char *name;
+  int close_mode;
+  uint32_t max_timeout;
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel;
+  producer_t prod[NPROD];
+  uv_thread_t canceller;
+  uint64_t start_ns;
+  atomic_int producers_done;
+  atomic_int canceller_done;
+  atomic_int close_returned;  /* uvtw_wheel_close has returned */
+  atomic_int close_cb_done;   /* the close callback is (all but) done */
+
+  /* Canceller tallies, valid once canceller_done. */
+  uint64_t cancel_wins, cancel_lost, cancel_bad, cancel_after_close_not_already;
+
+  /* Loop-thread tallies. */
+  uint64_t cb_total, cb_ok, cb_canceled;
+  uint64_t cb_wrong_thread, cb_bad_status, early_hr, early_now, fifo_broken;
+  uint64_t ran_after_won_cancel, ok_after_close, ecanceled_outside_close, ran_after_close_cb;
+  uint64_t max_late_ns;
+  double sum_late_ns;
+  uint64_t late_histogram[LATE_BUCKETS]; /* by whole ms late against uv_hrtime() */
+  int32_t last_seq[NPROD][CLOSE_MAX_TIMEOUT + 1];
+  int close_called;
+  int close_cb_runs;
+  uint64_t published_at_close;
+  int schedule_in_close_cb;
+  uv_timer_t poll;
+  uint64_t grace_until_ns;
+  int timed_out;
+  uvtw_stats_t stats;
+  int64_t next_due;
+};
+
+static void task_cb(void *arg, int status);
+
+static void producer_run(void *arg) {
+  producer_t *p = arg;
+  harness_t *h = p->h;
+  uint32_t run_left = 0, run_timeout = 0;
+
+  for (uint32_t i = 0; i < p->capacity; i++) {
+    task_t *task = &p->tasks[i];
+    uint64_t r = rng_next(&p->seed);
+
+    /* Close race: the last CLOSE_RESERVE slots are for schedules made after
+     * uvtw_wheel_close returned, so every producer is still at work when the
+     * wheel closes, whatever the scheduling. */
+    if (h->close_mode && i == p->capacity - CLOSE_RESERVE && p->rejected_closing == 0)
+      while (!atomic_load(&h->close_returned))
+        sleep_us(100);
+
+    /* Random timeouts, and runs of equal ones to exercise FIFO ties. */
+    if (run_left == 0 && (r & 3) == 0) {
+      run_left = 2 + (uint32_t)((r >> 2) % 31);
+      run_timeout = (uint32_t)((r >> 8) % (h->max_timeout + 1));
+    }
+    uint32_t timeout = run_left ? run_timeout : (uint32_t)((r >> 16) % (h->max_timeout + 1));
+    if (run_left)
+      run_left--;
+    uint32_t k = (uint32_t)((r >> 32) % 16);
+    task->kind = k < 8 ? K_CANCEL : k < 10 ? K_FORGET : k < 12 ? K_RELEASE_NOW
+               : k < 14 ? K_RELEASE_IN_CB : K_HOLD;
+    task->lag = (uint8_t)((r >> 40) % NLAG);
+    if (h->close_mode && task->kind == K_CANCEL && ((r >> 48) & 3) == 0)
+      task->lag = LAG_AFTER_CLOSE;
+    task->seq = i;
+    task->timeout = (uint16_t)timeout;
+    task->producer = (uint8_t)p->index;
+    atomic_init(&task->cancel_rc, 1);
+    atomic_init(&task->releases, 0);
+    atomic_init(&task->handoff, NULL);
+
+    int closed_before = atomic_load(&h->close_returned);
+    uvtw_ticket_t *ticket = SENTINEL;
+    task->call_ns = uv_hrtime();
+    int rc = uvtw_schedule(h->wheel, timeout, task_cb, task, task->kind == K_FORGET ? NULL : &ticket);
+    task->schedule_rc = rc;
+
+    if (rc == 0) {
+      p->scheduled_ok++;
+      if (closed_before)
+        p->ok_after_close++;
+      if (p->rejected_closing)
+        p->ok_after_rejection++;
+      if (task->kind != K_FORGET && (ticket == SENTINEL || ticket == NULL)) {
+        note("%s: producer %d task %u: schedule returned 0 without a ticket", h->name, p->index, i);
+        p->failures++;
+        ticket = NULL;
+      }
+      task->ticket = task->kind == K_FORGET ? NULL : ticket;
+      if (ticket == NULL || ticket == SENTINEL) {
+        /* nothing to release */
+      } else if (task->kind == K_RELEASE_NOW) {
+        atomic_fetch_add(&task->releases, 1);
+        uvtw_ticket_release(ticket);
+      } else if (task->kind == K_RELEASE_IN_CB) {
+        if (atomic_exchange(&task->handoff, ticket) == HANDOFF_DONE) {
+          atomic_fetch_add(&task->releases, 1);
+          uvtw_ticket_release(ticket);
+        }
+      }
+    } else {
+      task->ticket = NULL;
+      if (ticket != SENTINEL)
+        p->touched_on_error++;
+      if (rc == UV_ECANCELED && h->close_mode) {
+        p->rejected_closing++;
+      } else {
+        if (p->failures++ == 0)
+          note("%s: producer %d task %u: schedule returned %s", h->name, p->index, i, err_name(rc));
+      }
+    }
+    atomic_store_explicit(&p->published, i + 1, memory_order_release);
+
+    if (h->close_mode) {
+      if (p->rejected_closing >= CLOSE_RESERVE)
+        break; /* a few more rejections proved the point; stop using the wheel */
+      if ((i & 63) == 63)
+        sleep_us(50);
+    }
+  }
+  p->done_ns = uv_hrtime();
+  atomic_fetch_add_explicit(&h->producers_done, 1, memory_order_release);
+}
+
+/* Cancels the K_CANCEL tasks of every producer, each `lag` after its call.
+ * One cursor per (producer, lag): call times grow along a producer's array,
+ * so each cursor's targets come in order. */
+static void canceller_run(void *arg) {
+  harness_t *h = arg;
+  uint32_t cursor[NPROD][NLAG + 1] = {{0}};
+  int nlag = h->close_mode ? NLAG + 1 : NLAG;
+
+  for (;;) {
+    int producers_done = atomic_load_explicit(&h->producers_done, memory_order_acquire);
+    int close_cb_done = atomic_load_explicit(&h->close_cb_done, memory_order_acquire);
+    uint64_t now = uv_hrtime();
+    int progress = 0, behind = 0;
+
+    for (int p = 0; p < NPROD; p++) {
+      producer_t *prod = &h->prod[p];
+      uint32_t published = atomic_load_explicit(&prod->published, memory_order_acquire);
+      for (int lag = 0; lag < nlag; lag++) {
+        uint32_t *c = &cursor[p][lag];
+        while (*c < published) {
+          task_t *task = &prod->tasks[*c];
+          if (task->kind != K_CANCEL || task->lag != lag || task->schedule_rc != 0 || !task->ticket) {
+            ++*c;
+            continue;
+          }
+          if (lag == LAG_AFTER_CLOSE ? !close_cb_done : now < task->call_ns + lag_ms[lag] * NS_PER_MS)
+            break;
+          int after_close = atomic_load_explicit(&h->close_cb_done, memory_order_acquire);
+          int rc = uvtw_ticket_cancel(task->ticket);
+          atomic_store_explicit(&task->cancel_rc, rc, memory_order_relaxed);
+          if (rc == 0)
+            h->cancel_wins++;
+          else if (rc == UV_EALREADY)
+            h->cancel_lost++;
+          else if (h->cancel_bad++ == 0)
+            note("%s: cancel of producer %d task %u returned %s", h->name, p, *c, err_name(rc));
+          if (after_close && rc != UV_EALREADY && h->cancel_after_close_not_already++ == 0)
+            note("%s: cancel after the close callback returned %s for producer %d task %u",
+                 h->name, err_name(rc), p, *c);
+          atomic_fetch_add(&task->releases, 1);
+          uvtw_ticket_release(task->ticket);
+          ++*c;
+          progress++;
+        }
+        if (*c < published)
+          behind = 1;
+      }
+    }
+    if (producers_done == NPROD && !behind)
+      break;
+    if (!progress)
+      sleep_us(200);
+  }
+  atomic_store_explicit(&h->canceller_done, 1, memory_order_release);
+}
+
+static harness_t *current;
+
+static void task_cb(void *arg, int status) {
+  harness_t *h = current;
+  task_t *task = arg;
+  uint64_t now_ns = uv_hrtime();
+
+  task->callbacks++;
+  task->status = status;
+  task->ran_ns = now_ns;
+  h->cb_total++;
+  if (!on_loop_thread() && h->cb_wrong_thread++ == 0)
+    note("%s: a task callback ran off the loop thread", h->name);
+  if (atomic_load_explicit(&task->cancel_rc, memory_order_relaxed) == 0 && h->ran_after_won_cancel++ == 0)
+    note("%s: producer %u task %u ran although its cancel had returned 0", h->name, task->producer,
+         task->seq);
+  if (h->close_cb_runs && h->ran_after_close_cb++ == 0)
+    note("%s: a task callback ran after the close callback", h->name);
+
+  if (task->kind == K_RELEASE_IN_CB) {
+    uvtw_ticket_t *ticket = atomic_exchange(&task->handoff, HANDOFF_DONE);
+    if (ticket != NULL) {
+      atomic_fetch_add(&task->releases, 1);
+      uvtw_ticket_release(ticket);
+    }
+  }
+
+  if (status == UV_ECANCELED) {
+    h->cb_canceled++;
+    if (!h->close_called && h->ecanceled_outside_close++ == 0)
+      note("%s: producer %u task %u got UV_ECANCELED before the wheel was closed", h->name,
+           task->producer, task->seq);
+    return;
+  }
+  if (status != 0) {
+    if (h->cb_bad_status++ == 0)
+      note("%s: a task callback got status %s", h->name, err_name(status));
+    return;
+  }
+
+  h->cb_ok++;
+  if (h->close_called && h->ok_after_close++ == 0)
+    note("%s: producer %u task %u ran with status 0 after uvtw_wheel_close", h->name, task->producer,
+         task->seq);
+
+  /* Never early, against the call's uv_hrtime() (1 ms truncation allowed)... */
+  uint64_t due_ns = task->call_ns + task->timeout * NS_PER_MS;
+  if (now_ns + NS_PER_MS < due_ns && h->early_hr++ == 0)
+    note("%s: producer %u task %u (%u ms) ran %.3f ms after its call, %.3f ms early", h->name,
+         task->producer, task->seq, task->timeout, (now_ns - task->call_ns) / 1e6,
+         (due_ns - now_ns) / 1e6);
+  if (now_ns > due_ns) {
+    uint64_t late = now_ns - due_ns;
+    h->sum_late_ns += (double)late;
+    if (late > h->max_late_ns)
+      h->max_late_ns = late;
+    uint64_t bucket = late / NS_PER_MS;
+    h->late_histogram[bucket < LATE_BUCKETS ? bucket : LATE_BUCKETS - 1]++;
+  } else {
+    h->late_histogram[0]++;
+  }
+  /* ...and against the loop clock: the deadline is at least call_ms + timeout. */
+  uint64_t min_deadline_ms = task->call_ns / NS_PER_MS + task->timeout;
+  if (uv_now(&h->loop) < min_deadline_ms && h->early_now++ == 0)
+    note("%s: producer %u task %u ran at uv_now %" PRIu64 " before its deadline %" PRIu64, h->name,
+         task->producer, task->seq, uv_now(&h->loop), min_deadline_ms);
+
+  /* Per-thread FIFO among equal timeouts: same producer and timeout means
+   * nondecreasing deadlines with ties in call order, so call order. */
+  int32_t *last = &h->last_seq[task->producer][task->timeout];
+  if ((int32_t)task->seq < *last && h->fifo_broken++ == 0)
+    note("%s: producer %u, timeout %u ms: task %u ran after task %d", h->name, task->producer,
+         task->timeout, task->seq, *last);
+  if ((int32_t)task->seq > *last)
+    *last = (int32_t)task->seq;
+}
+
+static void harness_close_cb(uvtw_wheel_t *wheel, void *arg) {
+  harness_t *h = arg;
+  (void)wheel;
+  h->close_cb_runs++;
+  if (h->close_mode) {
+    uvtw_ticket_t *t = SENTINEL;
+    h->schedule_in_close_cb = uvtw_schedule(wheel, 0, probe_cb, &stray_probe, &t);
+    /* The wheel pointer dies when this returns: producers must be done with it. */
+    for (int p = 0; p < NPROD; p++)
+      uv_thread_join(&h->prod[p].thread);
+  }
+  atomic_store_explicit(&h->close_cb_done, 1, memory_order_release);
+}
+
+static uint32_t total_published(harness_t *h) {
+  uint32_t sum = 0;
+  for (int p = 0; p < NPROD; p++)
+    sum += atomic_load_explicit(&h->prod[p].published, memory_order_acquire);
+  return sum;
+}
+
+/* Ends the run: statistics, then close the wheel and our poll timer. */
+static void harness_finish(harness_t *h) {
+  uvtw_wheel_stats(h->wheel, &h->stats);
+  h->next_due = uvtw_wheel_next_due(h->wheel);
+  h->close_called = 1;
+  uvtw_wheel_close(h->wheel, harness_close_cb, h);
+  atomic_store(&h->close_returned, 1);
+  uv_close((uv_handle_t *)&h->poll, close_handle_cb);
+}
+
+static void stress_poll_cb(uv_timer_t *timer) {
+  harness_t *h = timer->data;
+  uint64_t now = uv_hrtime();
+
+  if (atomic_load_explicit(&h->producers_done, memory_order_acquire) == NPROD &&
+      atomic_load_explicit(&h->canceller_done, memory_order_acquire)) {
+    uint64_t expected = 0;
+    for (int p = 0; p < NPROD; p++)
+      expected += h->prod[p].scheduled_ok;
+    /* Wait a grace period past the last deadline to catch extra callbacks. */
+    if (h->grace_until_ns == 0 && h->cb_total + h->cancel_wins >= expected)
+      h->grace_until_ns = now + (STRESS_MAX_TIMEOUT + 100) * NS_PER_MS;
+    if (h->grace_until_ns != 0 && now >= h->grace_until_ns) {
+      harness_finish(h);
+      return;
+    }
+    if (now - h->start_ns > watchdog_ns) {
+      h->timed_out = 1;
+      harness_finish(h);
+    }
+    return;
+  }
+  if (now - h->start_ns > watchdog_ns) {
+    tap_ok(0, "%s: producers and canceller finished before the watchdog", h->name);
+    flush_notes();
+    exit(tap_done() | 1);
+  }
+}
+
+static void close_race_poll_cb(uv_timer_t *timer) {
+  harness_t *h = timer->data;
+  uint32_t capacity = 0;
+  for (int p = 0; p < NPROD; p++)
+    capacity += h->prod[p].capacity;
+  uint32_t published = total_published(h);
+  if (published >= capacity / 4 ||
+      atomic_load_explicit(&h->producers_done, memory_order_acquire) == NPROD) {
+    h->published_at_close = published;
+    harness_finish(h);
+    uvtw_ticket_t *t = SENTINEL;
+    int rc = uvtw_schedule(h->wheel, 0, probe_cb, &stray_probe, &t);
+    check_rc(rc, UV_ECANCELED, "close race: a loop-thread schedule right after close is UV_ECANCELED");
+    tap_ok(t == SENTINEL, "close race: ...and leaves *ticket untouched");
+  }
+}
+
+static void harness_start(harness_t *h, uint32_t per_producer) {
+  uv_loop_init(&h->loop);
+  if (!check_rc(uvtw_wheel_new(&h->loop, NULL, &h->wheel), 0, "harness: uvtw_wheel_new succeeds"))
+    exit(tap_done() | 1);
+  current = h;
+  for (int p = 0; p < NPROD; p++)
+    for (uint32_t t = 0; t <= CLOSE_MAX_TIMEOUT; t++)
+      h->last_seq[p][t] = -1;
+  /* Our own referenced timer keeps the loop running while other threads
+   * schedule (their tasks do not, until taken in). */
+  uv_timer_init(&h->loop, &h->poll);
+  h->poll.data = h;
+  uv_timer_start(&h->poll, h->close_mode ? close_race_poll_cb : stress_poll_cb, 1,
+                 h->close_mode ? 1 : 5);
+  watchdog_fatal = 1;
+  watchdog_start(&h->loop, watchdog_ns / NS_PER_MS + 30000, h->name);
+  h->start_ns = uv_hrtime();
+  for (int p = 0; p < NPROD; p++) {
+    producer_t *prod = &h->prod[p];
+    prod->h = h;
+    prod->index = p;
+    prod->capacity = per_producer;
+    prod->tasks = calloc(per_producer, sizeof(task_t));
+    prod->seed = UINT64_C(0x5EED) * (uint64_t)(p + 1) ^ h->start_ns;
+    if (!prod->tasks) {
+      tap_ok(0, "%s: allocating %u tasks", h->name, per_producer);
+      exit(tap_done() | 1);
+    }
+  }
+  for (int p = 0; p < NPROD; p++)
+    uv_thread_create(&h->prod[p].thread, producer_run, &h->prod[p]);
+  uv_thread_create(&h->canceller, canceller_run, h);
+}
+
+/* After the loop: the checks common to both runs. */
+typedef struct accounting_s {
+  uint64_t scheduled_ok, rejected, failures, ok_after_close, ok_after_rejection, touched;
+  uint64_t missing, doubled, ran_although_won, bad_release, hold_not_already, forget_ran;
+  uint64_t canceled_cb, hold_cancels;
+} accounting_t;
+
+static void hold_cancel_release(harness_t *h, accounting_t *a) {
+  for (int p = 0; p < NPROD; p++) {
+    producer_t *prod = &h->prod[p];
+    uint32_t published = atomic_load(&prod->published);
+    for (uint32_t i = 0; i < published; i++) {
+      task_t *task = &prod->tasks[i];
+      if (task->schedule_rc != 0 || task->kind != K_HOLD || !task->ticket)
+        continue;
+      int rc = uvtw_ticket_cancel(task->ticket);
+      a->hold_cancels++;
+      if (rc != UV_EALREADY && a->hold_not_already++ == 0)
+        note("%s: producer %d task %u: cancel after its callback ran returned %s", h->name, p, i,
+             err_name(rc));
+      atomic_fetch_add(&task->releases, 1);
+      uvtw_ticket_release(task->ticket);
+    }
+  }
+}
+
+typedef struct hold_job_s {
+  harness_t *h;
+  accounting_t *a;
+} hold_job_t;
+
+static void hold_job(void *arg) {
+  hold_job_t *j = arg;
+  hold_cancel_release(j->h, j->a);
+}
+
+static void account(harness_t *h, accounting_t *a) {
+  for (int p = 0; p < NPROD; p++) {
+    producer_t *prod = &h->prod[p];
+    uint32_t published = atomic_load(&prod->published);
+    a->scheduled_ok += prod->scheduled_ok;
+    a->rejected += prod->rejected_closing;
+    a->failures += prod->failures;
+    a->ok_after_close += prod->ok_after_close;
+    a->ok_after_rejection += prod->ok_after_rejection;
+    a->touched += prod->touched_on_error;
+    for (uint32_t i = 0; i < published; i++) {
+      task_t *task = &prod->tasks[i];
+      int cancel_rc = atomic_load(&task->cancel_rc);
+      int expected_calls = task->schedule_rc == 0 && cancel_rc != 0 ? 1 : 0;
+      int expected_releases = task->schedule_rc == 0 && task->kind != K_FORGET ? 1 : 0;
+      if (task->callbacks < expected_calls && a->missing++ == 0)
+        note("%s: producer %d task %u (%u ms, kind %d, schedule %s, cancel %s) never ran", h->name,
+             p, i, task->timeout, task->kind, err_name(task->schedule_rc),
+             cancel_rc == 1 ? "not tried" : err_name(cancel_rc));
+      if (expected_calls && task->callbacks > 1 && a->doubled++ == 0)
+        note("%s: producer %d task %u ran %d times", h->name, p, i, task->callbacks);
+      if (!expected_calls && task->callbacks > 0) {
+        if (task->schedule_rc == 0) {
+          if (a->ran_although_won++ == 0)
+            note("%s: producer %d task %u ran although its cancel returned 0", h->name, p, i);
+        } else if (a->doubled++ == 0) {
+          note("%s: producer %d task %u ran although its schedule returned %s", h->name, p, i,
+               err_name(task->schedule_rc));
+        }
+      }
+      if (task->callbacks && task->status == UV_ECANCELED)
+        a->canceled_cb++;
+      if (atomic_load(&task->releases) != expected_releases && a->bad_release++ == 0)
+        note("%s: producer %d task %u: ticket released %d times (test bookkeeping)", h->name, p, i,
+             atomic_load(&task->releases));
+      if (task->kind == K_FORGET && task->schedule_rc == 0 && task->callbacks == 1)
+        a->forget_ran++;
+    }
+  }
+}
+
+static void harness_free(harness_t *h) {
+  for (int p = 0; p < NPROD; p++)
+    free(h->prod[p].tasks);
+  current = NULL;
+}
+
+/* The whole-ms lateness below which `fraction` of the status-0 callbacks fell. */
+static unsigned late_percentile(const harness_t *h, double fraction) {
+  uint64_t total = 0, seen = 0;
+  for (int i = 0; i < LATE_BUCKETS; i++)
+    total += h->late_histogram[i];
+  for (int i = 0; i < LATE_BUCKETS; i++) {
+    seen += h->late_histogram[i];
+    if (total && (double)seen >= fraction * (double)total)
+      return (unsigned)i + 1;
+  }
+  return LATE_BUCKETS;
+}
+
+static uint64_t production_ms(const harness_t *h) {
+  uint64_t last = h->start_ns;
+  for (int p = 0; p < NPROD; p++)
+    if (h->prod[p].done_ns > last)
+      last = h->prod[p].done_ns;
+  return (last - h->start_ns) / NS_PER_MS;
+}
+
+static void report_count(uint64_t n, const char *what) {
+  if (!tap_ok(n == 0, "%s", what)) {
+    tap_diag("  %" PRIu64 " violations", n);
+    flush_notes();
+  }
+}
+
+static void test_stress(void) {
+  harness_t *h = calloc(1, sizeof *h);
+  accounting_t a;
+  uint32_t per_producer = scaled(100000, 500);
+
+  memset(&a, 0, sizeof a);
+  h->name = "stress";
+  h->max_timeout = STRESS_MAX_TIMEOUT;
+  tap_diag("stress: %d producers x %u tasks (0..%d ms), a canceller thread on half of them",
+           NPROD, per_producer, STRESS_MAX_TIMEOUT);
+  harness_start(h, per_producer);
+  uv_run(&h->loop, UV_RUN_DEFAULT);
+  for (int p = 0; p < NPROD; p++)
+    uv_thread_join(&h->prod[p].thread);
+  uv_thread_join(&h->canceller);
+  watchdog_stop();
+  finish_loop(&h->loop, "stress");
+  uint64_t elapsed_ms = (uv_hrtime() - h->start_ns) / NS_PER_MS;
+
+  hold_cancel_release(h, &a);
+  account(h, &a);
+  tap_diag("stress: %" PRIu64 " ms (producers done after %" PRIu64 " ms); %" PRIu64
+           " callbacks, cancels won %" PRIu64 " / lost %" PRIu64,
+           elapsed_ms, production_ms(h), h->cb_total, h->cancel_wins, h->cancel_lost);
+  tap_diag("stress: lateness vs uv_hrtime: mean %.3f ms, p50 < %u ms, p99 < %u ms (1024: >= 1023), "
+           "max %.3f ms; "
+           "late_max_ms %" PRIu64 ", remote_batches %" PRIu64 ", wakeups %" PRIu64
+           " (wasted %" PRIu64 "), cascaded %" PRIu64,
+           h->cb_ok ? h->sum_late_ns / (double)h->cb_ok / 1e6 : 0.0, late_percentile(h, 0.5),
+           late_percentile(h, 0.99), h->max_late_ns / 1e6,
+           h->stats.late_max_ms, h->stats.remote_batches, h->stats.wakeups, h->stats.wasted_wakeups,
+           h->stats.cascaded);
+
+  tap_ok(!h->timed_out, "stress: all callbacks came before the watchdog");
+  TAP_EQ(a.scheduled_ok, (uint64_t)NPROD * per_producer, "stress: every schedule returned 0");
+  report_count(a.failures + a.touched, "stress: no schedule failed");
+  report_count(h->cancel_bad, "stress: every cancel returned 0 or UV_EALREADY");
+  report_count(a.missing, "stress: every task ran unless its cancel returned 0 (never neither)");
+  report_count(a.ran_although_won, "stress: no task whose cancel returned 0 ever ran (never both)");
+  report_count(h->ran_after_won_cancel, "stress: no callback started after its cancel had returned 0");
+  report_count(a.doubled, "stress: no task ran twice");
+  TAP_EQ(h->cb_ok + h->cancel_wins, a.scheduled_ok,
+         "stress: callbacks with status 0 + won cancels == tasks scheduled");
+  report_count(h->cb_bad_status + h->cb_canceled, "stress: every callback had status 0");
+  report_count(h->cb_wrong_thread, "stress: every callback ran on the loop thread");
+  report_count(h->early_hr, "stress: never early: uv_hrtime() >= call + timeout - 1 ms at every callback");
+  report_count(h->early_now, "stress: never early: uv_now(loop) >= deadline at every callback");
+  report_count(h->fifo_broken, "stress: per-thread FIFO: equal timeouts from one thread ran in call order");
+  tap_ok(a.forget_ran > 0, "stress: fire-and-forget tasks ran (%" PRIu64 ")", a.forget_ran);
+  report_count(a.hold_not_already, "stress: cancel after the callback ran is UV_EALREADY");
+  report_count(a.bad_release, "stress: every ticket was released exactly once");
+  /* Whether cancels raced firing at all depends on the scheduler (under
+   * Valgrind every thread runs in turn): a property of the run, not of uvtw. */
+  tap_diag("stress: cancels won %" PRIu64 ", lost %" PRIu64, h->cancel_wins, h->cancel_lost);
+  if (h->cancel_wins > 0 && h->cancel_lost > 0)
+    tap_ok(1, "stress: cancels both won and lost against firing");
+  else
+    tap_skip("this run's scheduling never let a cancel race a firing",
+             "stress: cancels both won and lost against firing");
+
+  TAP_EQ(h->stats.active, 0, "stress: stats.active is 0 at the end");
+  if (!tap_ok(h->next_due == -1, "stress: next_due is -1 at the end"))
+    tap_diag("  next_due = %" PRId64, h->next_due);
+  TAP_EQ(h->stats.fired, h->cb_ok, "stress: stats.fired == callbacks with status 0");
+  TAP_EQ(h->stats.stopped, h->cancel_wins, "stress: stats.stopped == cancels that returned 0");
+  if (!tap_ok(h->stats.started >= h->stats.fired && h->stats.started <= a.scheduled_ok,
+              "stress: fired <= stats.started <= tasks scheduled"))
+    tap_diag("  started %" PRIu64 ", fired %" PRIu64 ", scheduled %" PRIu64, h->stats.started,
+             h->stats.fired, a.scheduled_ok);
+  tap_ok(h->stats.remote_batches > 0, "stress: stats.remote_batches > 0 after cross-thread scheduling");
+  TAP_EQ(h->close_cb_runs, 1, "stress: the wheel closed");
+  harness_free(h);
+  free(h);
+}
+
+static void test_close_race(void) {
+  harness_t *h = calloc(1, sizeof *h);
+  accounting_t a;
+  uint32_t per_producer = scaled(40000, 400);
+
+  memset(&a, 0, sizeof a);
+  h->name = "close race";
+  h->close_mode = 1;
+  h->max_timeout = CLOSE_MAX_TIMEOUT;
+  tap_diag("close race: %d producers x up to %u tasks (0..%d ms), closed at about a quarter",
+           NPROD, per_producer, CLOSE_MAX_TIMEOUT);
+  harness_start(h, per_producer);
+  uv_run(&h->loop, UV_RUN_DEFAULT);
+  /* The loop is over; the canceller may still be cancelling (after close). */
+  watchdog_stop();
+  finish_loop(&h->loop, "close race");
+  uv_thread_join(&h->canceller);
+  /* The held tickets: cancelled and released by yet another thread. */
+  hold_job_t job = {h, &a};
+  uv_thread_t thread;
+  uv_thread_create(&thread, hold_job, &job);
+  uv_thread_join(&thread);
+  account(h, &a);
+
+  tap_diag("close race: closed at %" PRIu64 " published; %" PRIu64 " scheduled, %" PRIu64
+           " rejected; callbacks %" PRIu64 " ok + %" PRIu64 " UV_ECANCELED; cancels won %" PRIu64
+           " / lost %" PRIu64,
+           h->published_at_close, a.scheduled_ok, a.rejected, h->cb_ok, h->cb_canceled,
+           h->cancel_wins, h->cancel_lost);
+
+  TAP_EQ(h->close_cb_runs, 1, "close race: the close callback ran once");
+  report_count(h->ran_after_close_cb, "close race: no task callback ran after the close callback");
+  TAP_EQ(a.rejected, NPROD * CLOSE_RESERVE,
+         "close race: every producer was still scheduling when the wheel closed, and was rejected");
+  tap_ok(h->cb_canceled > 0, "close race: some tasks were pending at close (UV_ECANCELED callbacks)");
+  report_count(a.failures, "close race: schedules returned only 0 or UV_ECANCELED");
+  report_count(a.touched, "close race: UV_ECANCELED left *ticket untouched");
+  report_count(a.ok_after_close, "close race: every schedule after uvtw_wheel_close returned is UV_ECANCELED");
+  report_count(a.ok_after_rejection, "close race: no schedule succeeded after one was rejected");
+  check_rc(h->schedule_in_close_cb, UV_ECANCELED, "close race: schedule inside the close callback is UV_ECANCELED");
+  report_count(h->cancel_bad, "close race: every cancel returned 0 or UV_EALREADY");
+  report_count(h->cancel_after_close_not_already,
+               "close race: cancels from another thread after the close callback are UV_EALREADY");
+  report_count(a.hold_not_already, "close race: held tickets cancelled after close are UV_EALREADY");
+  report_count(a.missing,
+               "close race: every task whose schedule returned 0 got a callback unless its cancel won");
+  report_count(a.ran_although_won + h->ran_after_won_cancel, "close race: no task ran after its cancel won");
+  report_count(a.doubled, "close race: no task got two callbacks, none got one without being scheduled");
+  report_count(h->ok_after_close, "close race: no status 0 callback after uvtw_wheel_close");
+  report_count(h->ecanceled_outside_close, "close race: UV_ECANCELED only from the close");
+  report_count(h->cb_bad_status, "close race: statuses were only 0 and UV_ECANCELED");
+  report_count(h->cb_wrong_thread, "close race: every callback ran on the loop thread");
+  report_count(h->early_hr + h->early_now, "close race: never early");
+  report_count(h->fifo_broken, "close race: per-thread FIFO among equal timeouts");
+  report_count(a.bad_release, "close race: every ticket was released exactly once, some after close");
+  harness_free(h);
+  free(h);
+}
+
+int main(void) {
+  const char *scale = getenv("UVTW_TEST_SCALE");
+  const char *wd = getenv("UVTW_TEST_WATCHDOG_S");
+  if (scale && atof(scale) > 0)
+    test_scale = atof(scale);
+  if (wd && atof(wd) > 0)
+    watchdog_ns = (uint64_t)(atof(wd) * 1e9);
+  uv_mutex_init(&notes_mutex);
+  loop_thread = uv_thread_self();
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  tap_diag("uvtw %s, libuv %s, scale %.3g", uvtw_version_string(), uv_version_string(), test_scale);
+
+  test_argument_errors();
+  test_max_pending();
+  test_loop_thread_keeps_alive();
+  test_next_iteration();
+  test_cancel_leaves_promptly();
+  test_close();
+  test_stress();
+  test_close_race();
+  flush_notes();
+  return tap_done();
+}

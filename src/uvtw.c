@@ -159,13 +159,8 @@ static void rearm(uvtw_wheel_t *w) {
 
 /* Files an entry; outside a pass, arms the timer if it is now the earliest. */
 static void insert_entry(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline) {
-  if (w->wheel.count == 0 && !w->in_pass) {
-    /* Nothing to cascade: let the wheel's time catch up so the entry is
-     * filed on the lowest level it can be. */
-    uint64_t now = now_ticks(w);
-    if (now > w->wheel.now)
-      w->wheel.now = w->wheel.due_limit = now;
-  }
+  if (w->wheel.count == 0 && !w->in_pass)
+    wheel_catch_up(&w->wheel, now_ticks(w)); /* file it as low as it can go */
   wheel_insert(&w->wheel, &timer->entry_, deadline);
   if (!w->in_pass && (!w->timer_armed || deadline < w->armed))
     arm(w, deadline);

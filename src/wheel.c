@@ -44,10 +44,15 @@
  * into the slot the older one now sits in, again behind it.
  *
  * Entries inserted with a deadline <= `due_limit` (now, or during a pass the
- * time being advanced to) go to the `due` list, handed out at the start of
- * the next pass: a callback that restarts an entry as already due cannot make
- * the pass run forever. `due` is kept in deadline order lazily: a stable
- * merge sort runs only if an insert was out of order.
+ * time being advanced to) are due: they are handed out at the start of the
+ * next pass, so a callback that restarts an entry as already due cannot make
+ * the pass run forever. Due entries come in any order (a task can wait in
+ * the cross-thread queue), so they are bucketed like a level 0 behind now:
+ * deadlines within 63 ticks of due_limit go to one of 64 due buckets by
+ * deadline & 63 (one deadline per bucket, so FIFO holds and an insert is
+ * O(1)); older ones go to `due_old`, which is merge-sorted (stable) only if
+ * an insert came out of order. due_limit does not change between passes
+ * while anything is due, so the buckets' order is known at the next pass.
  *
  * Unlinking needs no search and no back pointer to the slot: an entry whose
  * removal leaves its two neighbours equal was the last in its list, and that
@@ -116,6 +121,7 @@ static inline unsigned first_bit(uint64_t bits) {
   return (unsigned)__builtin_ctzll(bits);
 }
 
+/* Clears the bit of a slot (or due bucket) whose list became empty. */
 static inline void mark_slot_empty(wheel_t *w, size_t index) {
   unsigned level = (unsigned)(index / WHEEL_SLOTS);
   w->occupied[level] &= ~(UINT64_C(1) << (index % WHEEL_SLOTS));
@@ -143,27 +149,47 @@ void wheel_init(wheel_t *w, uint64_t now) {
   w->due_limit = now;
   w->count = 0;
   w->level_mask = 0;
-  w->due_unsorted = false;
+  w->due_old_unsorted = false;
   w->cascaded = 0;
-  for (unsigned k = 0; k < WHEEL_LEVELS; k++)
+  for (unsigned k = 0; k <= WHEEL_DUE_ROW; k++)
     w->occupied[k] = 0;
-  list_init(&w->due);
+  list_init(&w->due_old);
   list_init(&w->firing);
-  for (size_t i = 0; i < WHEEL_LEVELS * WHEEL_SLOTS; i++)
+  for (size_t i = 0; i < (WHEEL_DUE_ROW + 1) * WHEEL_SLOTS; i++)
     list_init(&w->slots[i]);
+}
+
+void wheel_catch_up(wheel_t *w, uint64_t now) {
+  assert(w->count == 0);
+  if (now > w->now)
+    w->now = w->due_limit = now;
+}
+
+static bool has_due(const wheel_t *w) {
+  return w->occupied[WHEEL_DUE_ROW] != 0 || !list_empty(&w->due_old);
+}
+
+static void insert_due(wheel_t *w, wheel_entry_t *entry) {
+  uint64_t deadline = entry->deadline;
+  if (w->due_limit - deadline < WHEEL_SLOTS) {
+    unsigned bucket = (unsigned)(deadline & (WHEEL_SLOTS - 1));
+    w->occupied[WHEEL_DUE_ROW] |= UINT64_C(1) << bucket;
+    list_append(&w->slots[WHEEL_DUE_ROW * WHEEL_SLOTS + bucket], entry);
+    return;
+  }
+  if (!list_empty(&w->due_old) && w->due_old.prev->deadline > deadline)
+    w->due_old_unsorted = true;
+  list_append(&w->due_old, entry);
 }
 
 void wheel_insert(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
   assert(!wheel_entry_linked(entry));
   entry->deadline = deadline;
   w->count++;
-  if (deadline <= w->due_limit) {
-    if (!list_empty(&w->due) && w->due.prev->deadline > deadline)
-      w->due_unsorted = true;
-    list_append(&w->due, entry);
-    return;
-  }
-  file_entry(w, entry);
+  if (deadline <= w->due_limit)
+    insert_due(w, entry);
+  else
+    file_entry(w, entry);
 }
 
 void wheel_remove(wheel_t *w, wheel_entry_t *entry) {
@@ -180,6 +206,8 @@ void wheel_remove(wheel_t *w, wheel_entry_t *entry) {
   }
 }
 
+/* The lowest level's first occupied slot (level_mask has no bit for the
+ * due row, which mark_slot_empty may clear but nothing sets). */
 static const wheel_entry_t *earliest_slot(const wheel_t *w, unsigned *level_out) {
   if (w->level_mask == 0)
     return NULL;
@@ -190,7 +218,7 @@ static const wheel_entry_t *earliest_slot(const wheel_t *w, unsigned *level_out)
 }
 
 uint64_t wheel_next_deadline(const wheel_t *w) {
-  if (!list_empty(&w->firing) || !list_empty(&w->due))
+  if (!list_empty(&w->firing) || has_due(w))
     return w->now; /* already due */
   unsigned level;
   const wheel_entry_t *head = earliest_slot(w, &level);
@@ -198,7 +226,7 @@ uint64_t wheel_next_deadline(const wheel_t *w) {
 }
 
 uint64_t wheel_next_deadline_exact(const wheel_t *w) {
-  if (!list_empty(&w->firing) || !list_empty(&w->due))
+  if (!list_empty(&w->firing) || has_due(w))
     return w->now;
   unsigned level;
   const wheel_entry_t *head = earliest_slot(w, &level);
@@ -292,19 +320,31 @@ static void sort_list(wheel_entry_t *head) {
   }
 }
 
+/* Moves every due entry to the tail of w->firing, oldest deadline first:
+ * the sorted old list, then the buckets from due_limit - 63 to due_limit. */
+static void take_due(wheel_t *w) {
+  if (w->due_old_unsorted)
+    sort_list(&w->due_old);
+  w->due_old_unsorted = false;
+  list_splice_tail(&w->firing, &w->due_old);
+  uint64_t bits = w->occupied[WHEEL_DUE_ROW];
+  unsigned oldest = (unsigned)((w->due_limit + 1) & (WHEEL_SLOTS - 1));
+  uint64_t rotated = oldest ? bits >> oldest | bits << (WHEEL_SLOTS - oldest) : bits;
+  while (rotated != 0) {
+    unsigned bucket = (first_bit(rotated) + oldest) & (WHEEL_SLOTS - 1);
+    rotated &= rotated - 1;
+    list_splice_tail(&w->firing, &w->slots[WHEEL_DUE_ROW * WHEEL_SLOTS + bucket]);
+  }
+  w->occupied[WHEEL_DUE_ROW] = 0;
+}
+
 size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
   size_t fired = 0;
   if (now < w->now)
     now = w->now;
+  take_due(w); /* before due_limit moves: it orders the buckets */
   w->due_limit = now;
-
-  if (!list_empty(&w->due)) {
-    if (w->due_unsorted)
-      sort_list(&w->due);
-    w->due_unsorted = false;
-    list_splice_tail(&w->firing, &w->due);
-    fired += fire_list(w, fire, ctx);
-  }
+  fired += fire_list(w, fire, ctx);
 
   unsigned level;
   const wheel_entry_t *found;
@@ -328,10 +368,7 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
 }
 
 void wheel_clear(wheel_t *w, wheel_fire_fn drop, void *ctx) {
-  if (w->due_unsorted)
-    sort_list(&w->due);
-  w->due_unsorted = false;
-  list_splice_tail(&w->firing, &w->due);
+  take_due(w);
   /* Within a level, slot order is time order (no wrap); levels ascend. */
   for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
     while (w->occupied[level] != 0) {
@@ -390,15 +427,28 @@ const char *wheel_check(const wheel_t *w) {
   if (levels != w->level_mask)
     return "level mask disagrees with the occupancy bitmaps";
 
-  int64_t n = check_list(&w->due, w->count);
+  for (unsigned bucket = 0; bucket < WHEEL_SLOTS; bucket++) {
+    const wheel_entry_t *head = &w->slots[WHEEL_DUE_ROW * WHEEL_SLOTS + bucket];
+    int64_t n = check_list(head, w->count);
+    if (n < 0)
+      return "broken links in a due bucket";
+    if ((n > 0) != ((w->occupied[WHEEL_DUE_ROW] >> bucket) & 1))
+      return "occupancy bit disagrees with a due bucket";
+    seen += (uint64_t)n;
+    for (const wheel_entry_t *e = head->next; e != head; e = e->next)
+      if (e->deadline > w->due_limit || w->due_limit - e->deadline >= WHEEL_SLOTS ||
+          (e->deadline & (WHEEL_SLOTS - 1)) != bucket)
+        return "an entry is in the wrong due bucket";
+  }
+  int64_t n = check_list(&w->due_old, w->count);
   if (n < 0)
-    return "broken links in the due list";
+    return "broken links in the old due list";
   seen += (uint64_t)n;
-  for (const wheel_entry_t *e = w->due.next; e != &w->due; e = e->next) {
-    if (e->deadline > w->due_limit)
-      return "an entry in the due list is not due";
-    if (!w->due_unsorted && e->next != &w->due && e->next->deadline < e->deadline)
-      return "the due list is out of order but not marked so";
+  for (const wheel_entry_t *e = w->due_old.next; e != &w->due_old; e = e->next) {
+    if (e->deadline > w->due_limit || w->due_limit - e->deadline < WHEEL_SLOTS)
+      return "an entry in the old due list is not old";
+    if (!w->due_old_unsorted && e->next != &w->due_old && e->next->deadline < e->deadline)
+      return "the old due list is out of order but not marked so";
   }
   n = check_list(&w->firing, w->count);
   if (n < 0)

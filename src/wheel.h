@@ -12,6 +12,8 @@
 #define WHEEL_LEVEL_BITS 6
 #define WHEEL_SLOTS 64 /* per level */
 #define WHEEL_LEVELS 11 /* 11 * 6 = 66 bits >= 64: every deadline has a level */
+/* After the levels, one more row of 64 sentinels: the due buckets. */
+#define WHEEL_DUE_ROW WHEEL_LEVELS
 
 typedef struct uvtw__entry_s wheel_entry_t;
 
@@ -21,22 +23,28 @@ typedef void (*wheel_fire_fn)(wheel_entry_t *entry, void *ctx);
 
 typedef struct wheel_s {
   uint64_t now;          /* the wheel's time: every deadline <= now has been handed out */
-  uint64_t due_limit;    /* an insert with deadline <= due_limit goes to `due` */
+  uint64_t due_limit;    /* an insert with deadline <= due_limit is due: handed out next pass */
   uint64_t count;        /* entries held (slots + due + firing) */
   uint32_t level_mask;   /* bit k set iff occupied[k] != 0 */
-  bool due_unsorted;     /* `due` may be out of deadline order */
+  bool due_old_unsorted; /* `due_old` may be out of deadline order */
   uint64_t cascaded;     /* entries moved down a level, for stats */
-  uint64_t occupied[WHEEL_LEVELS];
-  wheel_entry_t due;     /* entries already due when inserted: handed out next pass */
+  uint64_t occupied[WHEEL_LEVELS + 1]; /* [WHEEL_DUE_ROW]: the due buckets */
+  wheel_entry_t due_old; /* due entries more than 63 ticks before due_limit */
   wheel_entry_t firing;  /* entries being handed out by the current pass */
   /* One sentinel per slot; a sentinel's `deadline` is the slot's minimum
-   * deadline (exact after inserts, a lower bound after removals). */
-  wheel_entry_t slots[WHEEL_LEVELS * WHEEL_SLOTS];
+   * deadline (exact after inserts, a lower bound after removals). The last
+   * row holds due entries within 63 ticks of due_limit, by deadline & 63. */
+  wheel_entry_t slots[(WHEEL_LEVELS + 1) * WHEEL_SLOTS];
 } wheel_t;
 
 void wheel_init(wheel_t *w, uint64_t now);
 
-/* Files `entry` (not in any wheel) to fire at `deadline`. O(1). */
+/* Moves an empty wheel's time forward to `now` (nothing to cascade), so
+ * that entries inserted next are filed on the lowest levels. O(1). */
+void wheel_catch_up(wheel_t *w, uint64_t now);
+
+/* Files `entry` (not in any wheel) to fire at `deadline`. O(1), except that
+ * an entry more than 63 ticks overdue may later cost a share of a sort. */
 void wheel_insert(wheel_t *w, wheel_entry_t *entry, uint64_t deadline);
 
 /* Takes `entry` out of the wheel. O(1). It must be in this wheel. */

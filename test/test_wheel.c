@@ -348,17 +348,24 @@ static void test_basics(void) {
   TAP_EQ(fired_count, 2, "it fires once in the next pass");
   wheel_remove(&wheel, &a.entry);
 
-  /* Out-of-order due inserts are handed out in deadline order, stably. */
-  wheel_init(&wheel, 100);
-  wheel_insert(&wheel, &a.entry, 90);
-  wheel_insert(&wheel, &b.entry, 50);
-  wheel_insert(&wheel, &c.entry, 90);
-  wheel_insert(&wheel, &d.entry, 70);
-  tap_ok(wheel_check(&wheel) == NULL && wheel.due_unsorted, "late inserts mark the due list unsorted");
+  /* Out-of-order overdue inserts are handed out in deadline order, stably:
+   * recent ones through the due buckets, older ones through the sort. */
+  static item_t e, f;
+  memset(&e, 0, sizeof e);
+  memset(&f, 0, sizeof f);
+  wheel_init(&wheel, 1000);
+  wheel_insert(&wheel, &a.entry, 990);
+  wheel_insert(&wheel, &b.entry, 500);
+  wheel_insert(&wheel, &c.entry, 990);
+  wheel_insert(&wheel, &d.entry, 700);
+  wheel_insert(&wheel, &e.entry, 940);
+  wheel_insert(&wheel, &f.entry, 600);
+  tap_ok(wheel_check(&wheel) == NULL && wheel.due_old_unsorted,
+         "an entry more than 63 ticks overdue, inserted out of order, marks the old list unsorted");
   fired_count = 0;
-  wheel_advance(&wheel, 100, record_fire, NULL);
-  tap_ok(fired_count == 4 && fired_order[0] == &b && fired_order[1] == &d && fired_order[2] == &a &&
-             fired_order[3] == &c,
+  wheel_advance(&wheel, 1000, record_fire, NULL);
+  tap_ok(fired_count == 6 && fired_order[0] == &b && fired_order[1] == &f && fired_order[2] == &d &&
+             fired_order[3] == &e && fired_order[4] == &a && fired_order[5] == &c,
          "overdue entries fire in deadline order, FIFO among equals");
 }
 

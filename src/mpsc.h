@@ -4,6 +4,9 @@
  * between: lock-free, never blocking). The consumer takes everything queued
  * in one atomic exchange and gets it back in push order, so items from one
  * producer keep their order. No ABA hazard: nothing is ever popped singly.
+ *
+ * The queue can be closed: the same word then holds a marker, so a push
+ * either lands before the close (and is returned by mpsc_close) or fails.
  */
 #ifndef UVTW_MPSC_H
 #define UVTW_MPSC_H
@@ -16,17 +19,25 @@ typedef struct mpsc_node_s {
 } mpsc_node_t;
 
 typedef struct mpsc_s {
-  _Atomic(mpsc_node_t *) top; /* newest first */
+  _Atomic(mpsc_node_t *) top; /* newest first, or the closed marker */
 } mpsc_t;
+
+typedef enum {
+  MPSC_PUSHED,       /* queued behind others: the consumer is already due to run */
+  MPSC_PUSHED_FIRST, /* queued onto an empty queue: the caller should wake the consumer */
+  MPSC_CLOSED        /* not queued: the queue is closed */
+} mpsc_push_result_t;
 
 void mpsc_init(mpsc_t *q);
 
-/* Any thread. Returns true if the queue was empty: the caller should then
- * wake the consumer (earlier pushes have already done so otherwise). */
-bool mpsc_push(mpsc_t *q, mpsc_node_t *node);
+/* Any thread. */
+mpsc_push_result_t mpsc_push(mpsc_t *q, mpsc_node_t *node);
 
 /* Consumer only. Takes every queued node; returns them oldest first as a
  * NULL-terminated list (the caller reads `next` before reusing a node). */
 mpsc_node_t *mpsc_take_all(mpsc_t *q);
+
+/* Consumer only. Closes the queue and returns what was left, oldest first. */
+mpsc_node_t *mpsc_close(mpsc_t *q);
 
 #endif

@@ -34,12 +34,14 @@
  * "drop me" message; the loop tells them apart by the state (QUEUED or not)
  * and by whether the entry is linked.
  *
- * The part other threads touch (queue, gate, counters) is a separate
- * allocation, `shared_t`, that lives until the wheel and every task are gone,
- * so tickets stay safe after the wheel closes. Producers pass a "gate": a
- * closed bit plus a count of producers inside. Close sets the bit and waits
- * for the count to drain (each producer is inside for a push and an
- * uv_async_send only), after which no thread touches the wheel's handles.
+ * The part other threads touch (queue, counters) is a separate allocation,
+ * `shared_t`, that lives until the wheel and every ticket are gone, so
+ * tickets stay safe after the wheel closes. A schedule from another thread
+ * costs one CAS on the queue word, which also carries the queue's "closed"
+ * marker: a push either lands before the close (and the close ends that
+ * task) or fails with UV_ECANCELED. Only the producer that found the queue
+ * empty calls uv_async_send, through a "gate" (a closed bit plus a count of
+ * senders inside) that close shuts and waits out before closing the handle.
  */
 #include <assert.h>
 #include <sched.h>
@@ -57,13 +59,15 @@ enum task_state { TASK_QUEUED, TASK_IN_WHEEL, TASK_CANCELLED, TASK_FIRED };
 
 typedef struct shared_s {
   mpsc_t queue;
-  _Atomic uint64_t gate;         /* bit 0: closed; bits 1..: producers inside */
-  _Atomic uint32_t refs;         /* the wheel's + one per live task */
+  char pad_[64 - sizeof(mpsc_t)]; /* the contended queue word on a line of its own */
+  _Atomic uint64_t gate;         /* bit 0: closed; bits 1..: senders inside */
+  _Atomic uint32_t refs;         /* the wheel's + one per live ticketed task */
   _Atomic uint32_t pending;      /* tasks not yet run nor cancelled (max_pending) */
   uint32_t max_pending;          /* 0: unlimited, `pending` not kept */
   _Atomic uint64_t tasks_active; /* taken in, neither run nor cancelled */
   _Atomic uint64_t cancels_won;
-  uvtw_wheel_t *wheel;           /* only dereferenced inside the gate */
+  uv_thread_t loop_thread;
+  uvtw_wheel_t *wheel;           /* other threads: only inside the gate */
 } shared_t;
 
 struct uvtw_ticket_s {
@@ -75,6 +79,7 @@ struct uvtw_ticket_s {
   void *arg;
   uint64_t deadline; /* ticks */
   shared_t *shared;
+  bool pins_shared;  /* has a ticket, which may outlive the wheel */
 };
 
 struct uvtw_wheel_s {
@@ -87,7 +92,6 @@ struct uvtw_wheel_s {
   int handles_open;
   uint64_t armed;    /* the deadline (ticks) the uv_timer_t is armed for */
   uint64_t timers_active;
-  uv_thread_t loop_thread;
   uvtw_close_cb close_cb;
   void *close_arg;
   uvtw_stats_t stats; /* loop-side counters; active/stopped completed on read */
@@ -168,6 +172,8 @@ static void insert_entry(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline
 
 /* ---- the cross-thread gate ------------------------------------------------ */
 
+/* ---- waking the loop ----------------------------------------------------- */
+
 static bool gate_enter(shared_t *sh) {
   if (atomic_fetch_add(&sh->gate, 2) & 1) {
     atomic_fetch_sub(&sh->gate, 2);
@@ -183,7 +189,16 @@ static void gate_leave(shared_t *sh) {
 static void gate_close(shared_t *sh) {
   atomic_fetch_or(&sh->gate, 1);
   while (atomic_load(&sh->gate) != 1)
-    sched_yield(); /* a producer is between its check and its uv_async_send */
+    sched_yield(); /* a sender is inside uv_async_send */
+}
+
+/* After a push onto an empty queue. If the wheel is closing, its close has
+ * taken (or will take) the queue's contents itself. */
+static void wake_loop(shared_t *sh) {
+  if (gate_enter(sh)) {
+    uv_async_send(&sh->wheel->async);
+    gate_leave(sh);
+  }
 }
 
 static bool pending_take(shared_t *sh) {
@@ -209,14 +224,15 @@ static void shared_unref(shared_t *sh) {
 
 static void task_unref(uvtw_ticket_t *task) {
   if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) == 1) {
-    shared_unref(task->shared);
+    if (task->pins_shared)
+      shared_unref(task->shared);
     free(task);
   }
 }
 
-static bool on_loop_thread(const uvtw_wheel_t *w) {
+static bool on_loop_thread(const shared_t *sh) {
   uv_thread_t self = uv_thread_self();
-  return uv_thread_equal(&self, &w->loop_thread);
+  return uv_thread_equal(&self, &sh->loop_thread);
 }
 
 /* ---- running and dropping entries ------------------------------------------ */
@@ -299,10 +315,8 @@ static void take_in(uvtw_wheel_t *w, uvtw_ticket_t *task) {
   task_unref(task);
 }
 
-static void drain_queue(uvtw_wheel_t *w) {
-  mpsc_node_t *node = mpsc_take_all(&w->shared->queue);
-  if (node != NULL && !w->closing)
-    w->stats.remote_batches++;
+/* Handles a batch taken from the queue, oldest first. */
+static void take_in_all(uvtw_wheel_t *w, mpsc_node_t *node) {
   while (node != NULL) {
     mpsc_node_t *next = node->next; /* read before the node can be reused */
     take_in(w, container_of(node, uvtw_ticket_t, node));
@@ -316,7 +330,13 @@ static void on_async(uv_async_t *handle) {
   uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, async);
   if (w->closing)
     return;
-  drain_queue(w);
+  if (w->wheel.count != 0 && !w->timer_armed)
+    rearm(w); /* kicked: arm outside the timer phase */
+  mpsc_node_t *batch = mpsc_take_all(&w->shared->queue);
+  if (batch == NULL)
+    return; /* a kick from rearm_after_pass */
+  w->stats.remote_batches++;
+  take_in_all(w, batch);
   rearm(w);
 }
 
@@ -370,7 +390,6 @@ int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **o
   w->timer.data = w;
   w->handles_open = 2;
   w->loop = loop;
-  w->loop_thread = uv_thread_self();
   w->tick_ms = opts != NULL && opts->tick_ms > 1 ? opts->tick_ms : 1;
   wheel_init(&w->wheel, now_ticks(w));
 
@@ -381,6 +400,7 @@ int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **o
   atomic_init(&sh->tasks_active, 0);
   atomic_init(&sh->cancels_won, 0);
   sh->max_pending = opts != NULL ? opts->max_pending : 0;
+  sh->loop_thread = uv_thread_self();
   sh->wheel = w;
   w->shared = sh;
   *out = w;
@@ -403,8 +423,8 @@ void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
   w->closing = true;
   w->close_cb = cb;
   w->close_arg = arg;
+  take_in_all(w, mpsc_close(&w->shared->queue)); /* every push from now on fails */
   gate_close(w->shared); /* from here on no other thread touches `w` */
-  drain_queue(w);
   wheel_clear(&w->wheel, drop_entry, w);
   disarm(w);
   uv_close((uv_handle_t *)&w->timer, on_handle_closed);
@@ -526,16 +546,14 @@ int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *
     return UV_EINVAL;
   uint64_t deadline_ms = add_saturating(uv_hrtime() / 1000000, timeout);
   shared_t *sh = wheel->shared;
-  if (!gate_enter(sh))
+  bool loop_thread = on_loop_thread(sh);
+  if (loop_thread && wheel->closing)
     return UV_ECANCELED;
-  if (!pending_take(sh)) {
-    gate_leave(sh);
+  if (!pending_take(sh))
     return UV_ENOBUFS;
-  }
   uvtw_ticket_t *task = malloc(sizeof *task);
   if (task == NULL) {
     pending_put(sh);
-    gate_leave(sh);
     return UV_ENOMEM;
   }
   uvtw_timer_init(wheel, &task->timer);
@@ -544,22 +562,31 @@ int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *
   task->arg = arg;
   task->deadline = ticks_of_ms(wheel, deadline_ms);
   task->shared = sh;
+  task->pins_shared = ticket != NULL;
   atomic_init(&task->refs, ticket != NULL ? 2 : 1);
-  atomic_fetch_add(&sh->refs, 1);
   if (ticket != NULL)
-    *ticket = task;
+    atomic_fetch_add(&sh->refs, 1);
 
-  if (on_loop_thread(wheel)) {
+  if (loop_thread) {
     atomic_init(&task->state, TASK_IN_WHEEL);
     atomic_fetch_add(&sh->tasks_active, 1);
     wheel->stats.started++;
     insert_entry(wheel, &task->timer, task->deadline);
   } else {
     atomic_init(&task->state, TASK_QUEUED);
-    if (mpsc_push(&sh->queue, &task->node))
-      uv_async_send(&wheel->async);
+    mpsc_push_result_t pushed = mpsc_push(&sh->queue, &task->node);
+    if (pushed == MPSC_CLOSED) {
+      pending_put(sh);
+      if (ticket != NULL)
+        shared_unref(sh);
+      free(task);
+      return UV_ECANCELED;
+    }
+    if (pushed == MPSC_PUSHED_FIRST)
+      wake_loop(sh);
   }
-  gate_leave(sh);
+  if (ticket != NULL)
+    *ticket = task;
   return 0;
 }
 
@@ -580,22 +607,25 @@ int uvtw_ticket_cancel(uvtw_ticket_t *task) {
   if (state == TASK_QUEUED)
     return 0; /* its take-in message will find it cancelled */
   atomic_fetch_sub(&sh->tasks_active, 1);
-  /* In the wheel: have the loop unlink it now rather than at its deadline. If
-   * the gate is closed, the closing wheel drops it instead. */
-  if (gate_enter(sh)) {
+  /* In the wheel: have the loop unlink it now rather than at its deadline. */
+  if (on_loop_thread(sh)) {
+    /* The task was in the wheel, so the wheel has not finished closing. If
+     * it is closing, wheel_clear drops the entry. */
     uvtw_wheel_t *w = sh->wheel;
-    if (on_loop_thread(w)) {
+    if (!w->closing) {
       wheel_remove(&w->wheel, &task->timer.entry_);
       if (w->wheel.count == 0 && !w->in_pass)
         disarm(w);
       task_unref(task);
-    } else {
-      atomic_fetch_add(&task->refs, 1); /* the message's reference */
-      if (mpsc_push(&sh->queue, &task->node))
-        uv_async_send(&w->async);
     }
-    gate_leave(sh);
+    return 0;
   }
+  atomic_fetch_add(&task->refs, 1); /* the message's reference */
+  mpsc_push_result_t pushed = mpsc_push(&sh->queue, &task->node);
+  if (pushed == MPSC_PUSHED_FIRST)
+    wake_loop(sh);
+  else if (pushed == MPSC_CLOSED)
+    task_unref(task); /* the closing wheel drops the entry itself */
   return 0;
 }
 

@@ -20,6 +20,7 @@ typedef struct {
 static mpsc_t queue;
 static item_t *items;
 static _Atomic int wakeups_requested;
+static _Atomic int push_failures;
 
 static void *produce(void *arg) {
   uint32_t p = (uint32_t)(uintptr_t)arg;
@@ -27,8 +28,11 @@ static void *produce(void *arg) {
     item_t *it = &items[(size_t)p * PER_PRODUCER + i];
     it->producer = p;
     it->index = i;
-    if (mpsc_push(&queue, &it->node))
+    mpsc_push_result_t r = mpsc_push(&queue, &it->node);
+    if (r == MPSC_PUSHED_FIRST)
       atomic_fetch_add(&wakeups_requested, 1);
+    else if (r != MPSC_PUSHED)
+      atomic_fetch_add(&push_failures, 1);
   }
   return NULL;
 }
@@ -75,6 +79,18 @@ int main(void) {
          "a push onto an empty queue reports it, so the consumer can be woken");
   tap_ok(atomic_load(&wakeups_requested) <= (int)(PRODUCERS * PER_PRODUCER),
          "a push onto a non-empty queue does not ask for a wake-up");
+  TAP_EQ(atomic_load(&push_failures), 0, "no push fails on an open queue");
+
+  /* Close: what was queued comes back, later pushes fail. */
+  mpsc_node_t a, b, c;
+  tap_ok(mpsc_push(&queue, &a) == MPSC_PUSHED_FIRST && mpsc_push(&queue, &b) == MPSC_PUSHED,
+         "the first push onto an empty queue asks for a wake-up, the next does not");
+  mpsc_node_t *left = mpsc_close(&queue);
+  tap_ok(left == &a && left->next == &b && b.next == NULL,
+         "closing returns the queued nodes, oldest first");
+  tap_ok(mpsc_push(&queue, &c) == MPSC_CLOSED, "a push after close fails");
+  tap_ok(mpsc_take_all(&queue) == NULL && mpsc_close(&queue) == NULL,
+         "a closed queue yields nothing, also when closed again");
   free(items);
   return tap_done();
 }

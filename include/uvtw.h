@@ -147,7 +147,9 @@ UVTW_EXTERN int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t
 UVTW_EXTERN int uvtw_timer_stop(uvtw_timer_t *timer);
 
 /* Restarts the timer with timeout = repeat; with repeat == 0 it stops the
- * timer. Errors: never started -> UV_EINVAL; wheel closing -> UV_ECANCELED. */
+ * timer and returns 0 (also on a closing wheel: a stop is always allowed).
+ * Errors: never started -> UV_EINVAL; repeat > 0 on a closing wheel ->
+ * UV_ECANCELED. */
 UVTW_EXTERN int uvtw_timer_again(uvtw_timer_t *timer);
 
 /* Sets the repeat interval used by the next re-arm or again(). */

@@ -294,6 +294,8 @@ static wheel_entry_t *merge_sorted(wheel_entry_t *a, wheel_entry_t *b) {
 /* Stable bottom-up merge sort of a list by deadline, O(n log n), no memory:
  * bins[i] holds a sorted run of 2^i entries that came before any later bin's. */
 static void sort_list(wheel_entry_t *head) {
+  if (list_empty(head))
+    return; /* its entries were removed after it was marked unsorted */
   wheel_entry_t *bins[64] = {0};
   wheel_entry_t *entry = head->next;
   head->prev->next = NULL;

@@ -82,9 +82,11 @@ static uint64_t random_deadline(uint64_t now) {
     delta += rnd_below(3) - 1;
     break;
   }
-  case 5:
-    delta = rnd() >> rnd_below(64);
+  case 5: { /* two draws, sequenced: operand order would be unspecified */
+    unsigned shift = (unsigned)rnd_below(64);
+    delta = rnd() >> shift;
     break;
+  }
   case 6: /* equal to an existing entry's deadline, if any */
     for (int tries = 0; tries < 4; tries++) {
       item_t *it = &items[rnd_below(MAX_ENTRIES)];
@@ -199,14 +201,16 @@ static uint64_t random_advance(uint64_t now) {
   case 5:
     delta = rnd_below(20000);
     break;
-  case 6: /* jump to just before/at the earliest deadline */
-    delta = model_min_deadline() - now;
+  case 6: /* jump to just before/at the earliest deadline (if not overdue) */
+    delta = model_min_deadline() > now ? model_min_deadline() - now : 0;
     if (delta > 0 && rnd_below(2))
       delta--;
     break;
-  default:
-    delta = rnd() >> (20 + rnd_below(44));
+  default: {
+    unsigned shift = 20 + (unsigned)rnd_below(44);
+    delta = rnd() >> shift;
     break;
+  }
   }
   return delta > room ? now + room : now + delta;
 }
@@ -367,6 +371,17 @@ static void test_basics(void) {
   tap_ok(fired_count == 6 && fired_order[0] == &b && fired_order[1] == &f && fired_order[2] == &d &&
              fired_order[3] == &e && fired_order[4] == &a && fired_order[5] == &c,
          "overdue entries fire in deadline order, FIFO among equals");
+
+  /* An old due list marked unsorted, then emptied by removals. */
+  wheel_init(&wheel, 1000);
+  wheel_insert(&wheel, &a.entry, 900);
+  wheel_insert(&wheel, &b.entry, 500);
+  wheel_remove(&wheel, &a.entry);
+  wheel_remove(&wheel, &b.entry);
+  fired_count = 0;
+  wheel_advance(&wheel, 1001, record_fire, NULL);
+  tap_ok(fired_count == 0 && wheel_check(&wheel) == NULL,
+         "a pass over an emptied, unsorted old due list hands out nothing and returns");
 }
 
 int main(void) {
@@ -389,7 +404,7 @@ int main(void) {
            i, starts[i], steps / 3, seed + (uint64_t)i);
     if (!ok)
       tap_diag("%s", failure);
-    tap_ok(fired_total > steps / 30, "model run %d fired a meaningful number of entries (%" PRIu64 ")",
+    tap_ok(fired_total > steps / 3, "model run %d fired a meaningful number of entries (%" PRIu64 ")",
            i, fired_total);
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);

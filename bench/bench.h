@@ -1,0 +1,83 @@
+/* The benchmark's backend interface.
+ *
+ * One executable per timer backend (bench_uvtw, bench_uv, bench_ev,
+ * bench_event): each links the shared workloads (workloads.c) with exactly one
+ * backend_*.c that implements the functions below. libev exports symbols with
+ * libevent's names, so the two must never share a process; one process per
+ * backend also keeps heaps, caches and peak RSS apart.
+ *
+ * Timers are numbered 0..n-1 and preallocated by backend_timers_alloc. Every
+ * timed operation is made from inside a loop callback (backend_defer), as a
+ * server makes them from its I/O callbacks; the workloads only call the
+ * functions below, so every backend sees the same sequence of operations.
+ */
+#ifndef BENCH_H
+#define BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- Implemented by each backend_*.c ----------------------------------- */
+
+/* Short name used in the output ("uvtw", "uv", "ev", "event"). */
+extern const char *const backend_name;
+
+/* Creates the loop (and for uvtw the wheel). 0 on success. */
+int backend_init(void);
+void backend_fini(void);
+
+/* Library name and version, e.g. "libuv 1.44.2". */
+const char *backend_version(void);
+
+/* Bytes one pending timer costs: sizeof the timer object plus any per-timer
+ * entry the backend keeps elsewhere (libev's heap cell, libevent's heap
+ * pointer). `note` says what was counted. */
+size_t backend_timer_bytes(const char **note);
+
+/* Allocates room for n timers without touching it (million_timers counts the
+ * page faults in its init phase, as libuv's benchmark does). 0 on success. */
+int backend_timers_alloc(size_t n);
+/* Initializes timer i (inactive). */
+void backend_timer_init(size_t i);
+/* Frees the array; every timer must be inactive (and closed, for uv). */
+void backend_timers_free(void);
+/* Releases the timers' handles (uv_close for uv_timer_t; nothing for the
+ * others) and runs the loop until that is done. */
+void backend_timers_close(void);
+
+/* One-shot start of timer i `timeout_ms` from the loop clock; restarts it if
+ * it is active. When it fires the backend calls bench_fired(i). */
+void backend_start(size_t i, uint64_t timeout_ms);
+/* Restarts an active timer ("push the idle timeout back"); each backend uses
+ * its own idiom for this (libev: ev_timer_again). */
+void backend_restart(size_t i, uint64_t timeout_ms);
+void backend_stop(size_t i);
+
+/* The loop clock in milliseconds (uv_now, ev_now, libevent's cached time). */
+double backend_now_ms(void);
+
+/* Runs fn(arg) from a loop callback `delay_ms` from now (a uv_timer_t for uv
+ * and uvtw, the backend's own timer for libev and libevent). One at a time. */
+void backend_defer(uint64_t delay_ms, void (*fn)(void *), void *arg);
+
+/* One loop iteration, blocking until something is due. */
+void backend_run_once(void);
+/* Runs the loop until nothing keeps it alive (million_timers). */
+void backend_run(void);
+
+/* Wheel counters (uvtw only). Returns 0 and fills *out, or -1 if the
+ * backend has none. */
+typedef struct bench_wheel_stats_s {
+  uint64_t wakeups;
+  uint64_t wasted_wakeups;
+  uint64_t cascaded;
+  uint64_t late_max_ms;
+} bench_wheel_stats_t;
+int backend_wheel_stats(bench_wheel_stats_t *out);
+
+/* ---- Implemented by workloads.c ---------------------------------------- */
+
+/* Called by the backend from timer i's callback. */
+extern void (*bench_fired)(size_t i);
+
+#endif /* BENCH_H */

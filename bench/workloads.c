@@ -1,0 +1,791 @@
+/* The workloads every backend runs, and main().
+ *
+ * Each workload makes exactly the same sequence of timer operations on every
+ * backend: operation sequences come from a fixed-seed PRNG and are generated
+ * before the timed region, timers are preallocated, and every timed
+ * operation runs inside a loop callback (backend_defer). Cost is process CPU
+ * time (CLOCK_PROCESS_CPUTIME_ID), so time the loop spends asleep is not
+ * counted but the system calls it makes to wake up are; each figure is the
+ * median over repeats (bump and churn: over their 16 batches of all repeats;
+ * cancel's ns/fire: the last repeat only, to wait 2 s once).
+ *
+ *   cancel  request timeouts: N starts in [1000,2000) ms, 90% stopped in
+ *           random order, the rest fire.      ns/start, ns/stop, ns/fire
+ *   bump    idle timeouts pushed back: N timers at 5000 ms, 4N restarts of
+ *           random timers, in 16 batches >= 1 ms of loop time apart so the
+ *           deadlines really move.            ns/restart
+ *   expire  N timers in [0,1000) ms, all fire. ns/fire, lateness, wakeups,
+ *           early firings, order violations
+ *   churn   steady state: N pending in [10,20) s, 4N stop+start steps of
+ *           random timers, in 16 batches like bump.  ns/step
+ *   million_timers  the shape of libuv's benchmark of that name: init+start
+ *           M timers from main() (timeout +1 ms every 1000 timers), uv_run
+ *           until all fired, release them; wall seconds as libuv prints them,
+ *           plus process CPU seconds and peak RSS. Run first, in a child
+ *           process, so its peak RSS is its own.
+ *
+ * Output, on stdout, one record per line, for the driver (run_bench.py):
+ *   R <backend> <workload> <n> <metric> <value>
+ *   I <backend> <key> <text...>
+ */
+#define _GNU_SOURCE
+#include "bench.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+void (*bench_fired)(size_t i);
+
+/* ---- Clocks, PRNG, statistics ------------------------------------------ */
+
+static uint64_t cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* splitmix64: tiny, fast, good enough to pick timers and timeouts. */
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t seed, uint64_t workload, uint64_t repeat) {
+  rng_state = seed ^ (workload * 0x9e3779b97f4a7c15u) ^ (repeat * 0xbf58476d1ce4e5b9u);
+}
+
+static uint64_t rng_next(void) {
+  uint64_t z = (rng_state += 0x9e3779b97f4a7c15u);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+
+/* Uniform in [0, bound), bound < 2^32, without a division. */
+static uint32_t rng_below(uint32_t bound) {
+  return (uint32_t)(((rng_next() >> 32) * (uint64_t)bound) >> 32);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, size_t n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void *xmalloc(size_t size) {
+  void *p = malloc(size ? size : 1);
+  if (p == NULL) {
+    fprintf(stderr, "bench: out of memory (%zu bytes)\n", size);
+    exit(2);
+  }
+  return p;
+}
+
+static void record(const char *workload, size_t n, const char *metric, double value) {
+  printf("R %s %s %zu %s %.6g\n", backend_name, workload, n, metric, value);
+  fflush(stdout);
+}
+
+/* ---- Running code inside the loop --------------------------------------- */
+
+static void (*step_fn)(void *);
+static int step_done;
+static uint64_t iterations; /* backend_run_once calls made while waiting for fires */
+
+static void step_trampoline(void *arg) {
+  step_fn(arg);
+  step_done = 1;
+}
+
+/* Runs fn(arg) from a loop callback delay_ms from now and returns after it. */
+static void in_loop(uint64_t delay_ms, void (*fn)(void *), void *arg) {
+  step_fn = fn;
+  step_done = 0;
+  backend_defer(delay_ms, step_trampoline, arg);
+  while (!step_done)
+    backend_run_once();
+}
+
+static size_t fired;        /* timer callbacks seen by the current hook */
+static size_t fire_target;  /* when `fired` reaches it, fire_done_cpu is taken */
+static uint64_t fire_done_cpu;
+static uint64_t fire_begin_cpu;  /* CPU time when the measured fire phase began */
+static size_t fired_before_begin; /* callbacks that ran before it (slow starts) */
+static uint64_t fire_iterations;   /* iterations that ran at least one timer */
+static uint64_t last_fire_iteration;
+static size_t unexpected_fires;
+
+static void note_fire_iteration(void) {
+  if (last_fire_iteration != iterations + 1) {
+    last_fire_iteration = iterations + 1;
+    fire_iterations++;
+  }
+}
+
+static void wait_fired(size_t target) {
+  iterations = 0;
+  fire_iterations = 0;
+  last_fire_iteration = 0;
+  while (fired < target) {
+    backend_run_once();
+    iterations++;
+  }
+}
+
+static void fire_unexpected(size_t i) {
+  (void)i;
+  unexpected_fires++;
+}
+
+
+/* Shared state of one workload run. */
+static size_t n_timers;
+static uint32_t *timeouts; /* per timer, or per step */
+static uint32_t *order;    /* a permutation of timers, or random timer per step */
+static size_t op_begin, op_end;
+static uint64_t cpu_spent;
+
+static void stop_all(void *arg) {
+  (void)arg;
+  for (size_t i = 0; i < n_timers; i++)
+    backend_stop(i);
+}
+
+static void start_all_from_timeouts(void *arg) {
+  (void)arg;
+  for (size_t i = 0; i < n_timers; i++)
+    backend_start(i, timeouts[i]);
+}
+
+static void shuffle(uint32_t *v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    v[i] = (uint32_t)i;
+  for (size_t i = n; i > 1; i--) {
+    size_t j = rng_below((uint32_t)i);
+    uint32_t t = v[i - 1];
+    v[i - 1] = v[j];
+    v[j] = t;
+  }
+}
+
+static int wheel_stats_delta(const bench_wheel_stats_t *before, bench_wheel_stats_t *delta) {
+  bench_wheel_stats_t now;
+  if (backend_wheel_stats(&now) != 0)
+    return -1;
+  delta->wakeups = now.wakeups - before->wakeups;
+  delta->wasted_wakeups = now.wasted_wakeups - before->wasted_wakeups;
+  delta->cascaded = now.cascaded - before->cascaded;
+  delta->late_max_ms = now.late_max_ms;
+  return 0;
+}
+
+enum { WL_CANCEL = 1, WL_BUMP, WL_EXPIRE, WL_CHURN };
+
+/* ---- cancel ------------------------------------------------------------- */
+
+static uint8_t *fired_flag; /* per timer: its callback ran in this repeat */
+
+static void fire_cancel(size_t i) {
+  fired_flag[i] = 1;
+  note_fire_iteration();
+  if (++fired == fire_target)
+    fire_done_cpu = cpu_ns();
+}
+
+static void cancel_starts(void *arg) {
+  (void)arg;
+  uint64_t t0 = cpu_ns();
+  for (size_t i = 0; i < n_timers; i++)
+    backend_start(i, timeouts[i]);
+  cpu_spent = cpu_ns() - t0;
+}
+
+static void cancel_stops(void *arg) {
+  (void)arg;
+  uint64_t t0 = cpu_ns();
+  for (size_t k = op_begin; k < op_end; k++)
+    backend_stop(order[k]);
+  uint64_t t1 = cpu_ns();
+  cpu_spent = t1 - t0;
+  fire_begin_cpu = t1; /* the fire phase starts here */
+  fired_before_begin = fired;
+}
+
+static void run_cancel(size_t n, unsigned repeats, uint64_t seed) {
+  double *start_ns = xmalloc(repeats * sizeof(double));
+  double *stop_ns = xmalloc(repeats * sizeof(double));
+  size_t n_stop = n - n / 10;
+  size_t n_fire = n - n_stop;
+  size_t early = 0;
+  double fire_ns = 0;
+  bench_wheel_stats_t ws0 = {0}, wsd = {0};
+  int have_ws = 0;
+  uint64_t fire_iters = 0, fire_wakeups = 0;
+
+  timeouts = xmalloc(n * sizeof *timeouts);
+  order = xmalloc(n * sizeof *order);
+  fired_flag = xmalloc(n);
+  bench_fired = fire_cancel;
+  for (unsigned r = 0; r < repeats; r++) {
+    rng_seed(seed, WL_CANCEL, r);
+    for (size_t i = 0; i < n; i++)
+      timeouts[i] = 1000 + rng_below(1000);
+    shuffle(order, n);
+    memset(fired_flag, 0, n);
+    fired = 0;
+    fire_target = (size_t)-1;
+
+    in_loop(0, cancel_starts, NULL);
+    start_ns[r] = (double)cpu_spent / (double)n;
+    op_begin = 0;
+    op_end = n_stop;
+    in_loop(0, cancel_stops, NULL);
+    stop_ns[r] = (double)cpu_spent / (double)n_stop;
+    /* Normally 0. A backend whose N starts outlast the shortest timeout
+     * (1 s; N = 10^7) fires some before the stops run, some of them timers
+     * the stops were meant for. */
+    early += fired_before_begin;
+
+    /* Only the last repeat waits up to 2 s for the rest to fire; the others
+     * stop the rest off the clock. */
+    if (r + 1 == repeats && n_fire > 0) {
+      size_t remaining = 0;
+      for (size_t k = n_stop; k < n; k++)
+        remaining += !fired_flag[order[k]];
+      have_ws = backend_wheel_stats(&ws0) == 0;
+      fire_target = fired + remaining;
+      if (remaining > 0)
+        wait_fired(fire_target);
+      else
+        fire_done_cpu = cpu_ns();
+      if (fire_target > fired_before_begin)
+        fire_ns = (double)(fire_done_cpu - fire_begin_cpu) /
+                  (double)(fire_target - fired_before_begin);
+      fire_iters = iterations;
+      fire_wakeups = fire_iterations;
+      if (have_ws)
+        wheel_stats_delta(&ws0, &wsd);
+    } else {
+      op_begin = n_stop;
+      op_end = n;
+      in_loop(0, cancel_stops, NULL);
+    }
+  }
+  if (early)
+    fprintf(stderr, "bench %s: cancel: %zu timers fired before the stops ran (the starts "
+            "outlasted 1 s)\n", backend_name, early);
+  record("cancel", n, "ns_start", median(start_ns, repeats));
+  record("cancel", n, "ns_stop", median(stop_ns, repeats));
+  record("cancel", n, "ns_fire", fire_ns);
+  record("cancel", n, "fired_before_stops", (double)early);
+  record("cancel", n, "loop_iterations", (double)fire_iters);
+  record("cancel", n, "wasted_iterations", (double)(fire_iters - fire_wakeups));
+  if (have_ws) {
+    record("cancel", n, "wakeups", (double)wsd.wakeups);
+    record("cancel", n, "wasted_wakeups", (double)wsd.wasted_wakeups);
+  }
+  free(timeouts);
+  free(order);
+  free(fired_flag);
+  free(start_ns);
+  free(stop_ns);
+}
+
+/* ---- bump --------------------------------------------------------------- */
+
+enum { STEP_BATCHES = 16 };
+
+static void start_all_bump(void *arg) {
+  (void)arg;
+  for (size_t i = 0; i < n_timers; i++)
+    backend_start(i, 5000);
+}
+
+static void bump_batch(void *arg) {
+  (void)arg;
+  uint64_t t0 = cpu_ns();
+  for (size_t k = op_begin; k < op_end; k++)
+    backend_restart(order[k], 5000);
+  cpu_spent = cpu_ns() - t0;
+}
+
+/* bump and churn time each of their 16 batches on its own and report the
+ * median over all batches of all repeats. */
+static void run_bump(size_t n, unsigned repeats, uint64_t seed) {
+  double *restart_ns = xmalloc(repeats * STEP_BATCHES * sizeof(double));
+  size_t steps = 4 * n;
+
+  order = xmalloc(steps * sizeof *order);
+  unexpected_fires = 0;
+  bench_fired = fire_unexpected;
+  for (unsigned r = 0; r < repeats; r++) {
+    rng_seed(seed, WL_BUMP, r);
+    for (size_t k = 0; k < steps; k++)
+      order[k] = rng_below((uint32_t)n);
+    in_loop(0, start_all_bump, NULL);
+    for (size_t b = 0; b < STEP_BATCHES; b++) {
+      op_begin = steps * b / STEP_BATCHES;
+      op_end = steps * (b + 1) / STEP_BATCHES;
+      in_loop(1, bump_batch, NULL);
+      restart_ns[r * STEP_BATCHES + b] = (double)cpu_spent / (double)(op_end - op_begin);
+    }
+    in_loop(0, stop_all, NULL);
+  }
+  if (unexpected_fires)
+    fprintf(stderr, "bench %s: bump: %zu timers fired (the run outlasted their 5000 ms)\n",
+            backend_name, unexpected_fires);
+  record("bump", n, "ns_restart", median(restart_ns, repeats * STEP_BATCHES));
+  record("bump", n, "fired_meanwhile", (double)unexpected_fires);
+  free(order);
+  free(restart_ns);
+}
+
+/* ---- expire ------------------------------------------------------------- */
+
+static double expire_base_ms;     /* loop clock when the timers were started */
+static double expire_first_ms;    /* loop clock at the first callback, or < 0 */
+static float *lateness;           /* per callback, ms */
+static size_t early_fires, order_violations, fifo_violations;
+static uint32_t last_timeout;
+static size_t last_index;
+
+/* Loop clocks that are not integer milliseconds (libev's double seconds,
+ * libevent's microseconds converted through wall-clock time) may round a hair
+ * below the deadline; beyond this it counts as early. */
+#define EARLY_TOLERANCE_MS 0.01
+
+static void expire_starts(void *arg) {
+  (void)arg;
+  expire_base_ms = backend_now_ms();
+  expire_first_ms = -1;
+  start_all_from_timeouts(NULL);
+  fire_begin_cpu = cpu_ns();
+}
+
+/* Lateness is counted from the later of the deadline and the first callback:
+ * deadlines that passed while the N starts themselves were running cannot be
+ * met by any backend, and they fall in the first loop iteration after the
+ * starts. Early firings are counted against the deadline itself. */
+static void fire_expire(size_t i) {
+  double now = backend_now_ms();
+  double deadline = expire_base_ms + timeouts[i];
+  uint32_t t = timeouts[i];
+
+  note_fire_iteration();
+  if (expire_first_ms < 0)
+    expire_first_ms = now;
+  if (now < deadline - EARLY_TOLERANCE_MS)
+    early_fires++;
+  lateness[fired] = (float)(now - (deadline > expire_first_ms ? deadline : expire_first_ms));
+  if (t < last_timeout)
+    order_violations++;
+  else if (t == last_timeout && i < last_index)
+    fifo_violations++;
+  last_timeout = t;
+  last_index = i;
+  if (++fired == fire_target)
+    fire_done_cpu = cpu_ns();
+}
+
+static void run_expire(size_t n, unsigned repeats, uint64_t seed) {
+  double *fire_ns = xmalloc(repeats * sizeof(double));
+  double *late50 = xmalloc(repeats * sizeof(double));
+  double *late99 = xmalloc(repeats * sizeof(double));
+  double *wake = xmalloc(repeats * sizeof(double));
+  double *wasted = xmalloc(repeats * sizeof(double));
+  double *iters = xmalloc(repeats * sizeof(double));
+  double *wasted_iters = xmalloc(repeats * sizeof(double));
+  double late_max = 0;
+  int have_ws = 0;
+
+  timeouts = xmalloc(n * sizeof *timeouts);
+  lateness = xmalloc(n * sizeof *lateness);
+  early_fires = order_violations = fifo_violations = 0;
+  bench_fired = fire_expire;
+  for (unsigned r = 0; r < repeats; r++) {
+    bench_wheel_stats_t ws0 = {0}, wsd = {0};
+    rng_seed(seed, WL_EXPIRE, r);
+    for (size_t i = 0; i < n; i++)
+      timeouts[i] = rng_below(1000);
+    fired = 0;
+    fire_target = n;
+    last_timeout = 0;
+    last_index = 0;
+    have_ws = backend_wheel_stats(&ws0) == 0;
+    in_loop(0, expire_starts, NULL);
+    wait_fired(n);
+    fire_ns[r] = (double)(fire_done_cpu - fire_begin_cpu) / (double)n;
+    iters[r] = (double)iterations;
+    wasted_iters[r] = (double)(iterations - fire_iterations);
+    if (have_ws) {
+      wheel_stats_delta(&ws0, &wsd);
+      wake[r] = (double)wsd.wakeups;
+      wasted[r] = (double)wsd.wasted_wakeups;
+    }
+    qsort(lateness, n, sizeof *lateness, cmp_float);
+    late50[r] = lateness[(n - 1) / 2];
+    late99[r] = lateness[(size_t)((double)(n - 1) * 0.99)];
+    if (lateness[n - 1] > late_max)
+      late_max = lateness[n - 1];
+  }
+  record("expire", n, "ns_fire", median(fire_ns, repeats));
+  record("expire", n, "late_p50_ms", median(late50, repeats));
+  record("expire", n, "late_p99_ms", median(late99, repeats));
+  record("expire", n, "late_max_ms", late_max);
+  record("expire", n, "early_fires", (double)early_fires);
+  record("expire", n, "order_violations", (double)order_violations);
+  record("expire", n, "fifo_violations", (double)fifo_violations);
+  record("expire", n, "loop_iterations", median(iters, repeats));
+  record("expire", n, "wasted_iterations", median(wasted_iters, repeats));
+  if (have_ws) {
+    record("expire", n, "wakeups", median(wake, repeats));
+    record("expire", n, "wasted_wakeups", median(wasted, repeats));
+  }
+  free(timeouts);
+  free(lateness);
+  free(fire_ns);
+  free(late50);
+  free(late99);
+  free(wake);
+  free(wasted);
+  free(iters);
+  free(wasted_iters);
+}
+
+/* ---- churn -------------------------------------------------------------- */
+
+static uint32_t *step_timeouts;
+
+/* Churn timeouts are [10,20) s, long enough that a run of 4N steps rarely
+ * outlasts them; a timer that fires anyway stays inactive until a step starts
+ * it again (restarting it here could keep a slow backend busy firing for
+ * ever at N = 10^7). */
+static void fire_churn(size_t i) {
+  (void)i;
+  fired++;
+}
+
+static void churn_batch(void *arg) {
+  (void)arg;
+  uint64_t t0 = cpu_ns();
+  for (size_t k = op_begin; k < op_end; k++) {
+    backend_stop(order[k]);
+    backend_start(order[k], step_timeouts[k]);
+  }
+  cpu_spent = cpu_ns() - t0;
+}
+
+static void run_churn(size_t n, unsigned repeats, uint64_t seed) {
+  double *step_ns = xmalloc(repeats * STEP_BATCHES * sizeof(double));
+  size_t steps = 4 * n;
+
+  timeouts = xmalloc(n * sizeof *timeouts);
+  order = xmalloc(steps * sizeof *order);
+  step_timeouts = xmalloc(steps * sizeof *step_timeouts);
+  bench_fired = fire_churn;
+  fired = 0;
+  for (unsigned r = 0; r < repeats; r++) {
+    rng_seed(seed, WL_CHURN, r);
+    for (size_t i = 0; i < n; i++)
+      timeouts[i] = 10000 + rng_below(10000);
+    for (size_t k = 0; k < steps; k++) {
+      order[k] = rng_below((uint32_t)n);
+      step_timeouts[k] = 10000 + rng_below(10000);
+    }
+    in_loop(0, start_all_from_timeouts, NULL);
+    for (size_t b = 0; b < STEP_BATCHES; b++) {
+      op_begin = steps * b / STEP_BATCHES;
+      op_end = steps * (b + 1) / STEP_BATCHES;
+      in_loop(1, churn_batch, NULL);
+      step_ns[r * STEP_BATCHES + b] = (double)cpu_spent / (double)(op_end - op_begin);
+    }
+    in_loop(0, stop_all, NULL);
+  }
+  record("churn", n, "ns_step", median(step_ns, repeats * STEP_BATCHES));
+  record("churn", n, "fired_meanwhile", (double)fired);
+  free(timeouts);
+  free(order);
+  free(step_timeouts);
+  free(step_ns);
+}
+
+/* ---- memory: what the machine charges for touching N timers --------------- */
+
+/* Not a backend measurement: a yardstick for the others. With N records of
+ * one cache line each, in the same random order the workloads use: the cost
+ * of touching one record (independent accesses, which the CPU overlaps, as
+ * it does a stop's first access), and of one dependent miss (a pointer chase
+ * through a random cycle, as a walk along a linked list or down a heap). */
+typedef struct line_s {
+  struct line_s *next;
+  uint64_t value;
+  char pad[48];
+} line_t;
+
+static const line_t *volatile chase_end;
+
+static void run_memory(size_t n, uint64_t seed) {
+  line_t *lines = xmalloc(n * sizeof *lines);
+  uint32_t *perm = xmalloc(n * sizeof *perm);
+  size_t steps = 4 * n;
+  uint32_t *pick = xmalloc(steps * sizeof *pick);
+
+  rng_seed(seed, WL_CHURN, 0);
+  for (size_t k = 0; k < steps; k++)
+    pick[k] = rng_below((uint32_t)n);
+  shuffle(perm, n);
+  for (size_t i = 0; i < n; i++) {
+    lines[perm[i]].next = &lines[perm[(i + 1) % n]];
+    lines[perm[i]].value = i;
+  }
+  uint64_t t0 = cpu_ns();
+  for (size_t k = 0; k < steps; k++)
+    lines[pick[k]].value++;
+  uint64_t t1 = cpu_ns();
+  const line_t *at = &lines[perm[0]];
+  for (size_t k = 0; k < n; k++)
+    at = at->next;
+  uint64_t t2 = cpu_ns();
+  chase_end = at; /* keeps the chase from being optimized away */
+  record("memory", n, "ns_random_touch", (double)(t1 - t0) / (double)steps);
+  record("memory", n, "ns_dependent_miss", (double)(t2 - t1) / (double)n);
+  free(lines);
+  free(perm);
+  free(pick);
+}
+
+/* ---- million_timers ------------------------------------------------------ */
+
+static void fire_million(size_t i) {
+  (void)i;
+  fired++;
+}
+
+static int run_million_timers(size_t n) {
+  uint64_t before_all, before_run, after_run, after_all, cpu0, cpu1;
+  uint64_t timeout = 0;
+  struct rusage ru;
+
+  if (backend_timers_alloc(n) != 0)
+    return -1;
+  bench_fired = fire_million;
+  fired = 0;
+  cpu0 = cpu_ns();
+  before_all = wall_ns();
+  for (size_t i = 0; i < n; i++) {
+    if (i % 1000 == 0)
+      timeout++;
+    backend_timer_init(i);
+    backend_start(i, timeout);
+  }
+  before_run = wall_ns();
+  backend_run();
+  after_run = wall_ns();
+  backend_timers_close();
+  after_all = wall_ns();
+  cpu1 = cpu_ns();
+  if (fired != n) {
+    fprintf(stderr, "bench %s: million_timers: %zu of %zu fired\n", backend_name, fired, n);
+    return -1;
+  }
+  getrusage(RUSAGE_SELF, &ru);
+  backend_timers_free();
+
+  fprintf(stderr, "%s: %.2f seconds total\n", backend_name, (double)(after_all - before_all) / 1e9);
+  fprintf(stderr, "%s: %.2f seconds init\n", backend_name, (double)(before_run - before_all) / 1e9);
+  fprintf(stderr, "%s: %.2f seconds dispatch\n", backend_name, (double)(after_run - before_run) / 1e9);
+  fprintf(stderr, "%s: %.2f seconds cleanup\n", backend_name, (double)(after_all - after_run) / 1e9);
+  record("million_timers", n, "init_s", (double)(before_run - before_all) / 1e9);
+  record("million_timers", n, "dispatch_s", (double)(after_run - before_run) / 1e9);
+  record("million_timers", n, "cleanup_s", (double)(after_all - after_run) / 1e9);
+  record("million_timers", n, "total_s", (double)(after_all - before_all) / 1e9);
+  record("million_timers", n, "cpu_s", (double)(cpu1 - cpu0) / 1e9);
+  record("million_timers", n, "peak_rss_mib", (double)ru.ru_maxrss / 1024.0);
+  return 0;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static void usage(FILE *f, const char *argv0) {
+  fprintf(f,
+          "usage: %s [--quick] [--big] [--n N[,N...]] [--workloads LIST] [--repeats R]\n"
+          "          [--seed S] [--mt-timers M]\n"
+          "  --quick        N=10^4, one repeat, million_timers with 10^5 timers (CI smoke run)\n"
+          "  --big          also N=10^7\n"
+          "  --n LIST       timer counts, e.g. 1e4,1e5 (overrides --quick/--big)\n"
+          "  --workloads L  any of cancel,bump,expire,churn,million_timers,memory\n"
+          "                 (default: all but memory, a yardstick of the machine's memory)\n"
+          "  --repeats R    repeats per workload (default: 5, 3 at N>=10^6, fewer at 10^7)\n"
+          "  --seed S       PRNG seed (default 42)\n"
+          "  --mt-timers M  timers in million_timers (default 10^7)\n"
+          "Prints one record per line: R backend workload n metric value.\n",
+          argv0);
+}
+
+static int parse_count(const char *s, size_t *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || (*end && *end != ',') || v < 1 || v > 4e9)
+    return -1;
+  *out = (size_t)(v + 0.5);
+  return 0;
+}
+
+static int has_word(const char *list, const char *word) {
+  size_t len = strlen(word);
+  for (const char *p = list; (p = strstr(p, word)) != NULL; p += len)
+    if ((p == list || p[-1] == ',') && (p[len] == ',' || p[len] == '\0'))
+      return 1;
+  return 0;
+}
+
+/* million_timers runs in a child forked before anything big is allocated, so
+ * the peak RSS it reports is its own. */
+static int million_timers_in_child(size_t m) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0)
+    return -1;
+  if (pid == 0) {
+    int rc = backend_init() != 0 || run_million_timers(m) != 0;
+    fflush(stdout);
+    _exit(rc);
+  }
+  int status;
+  if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return -1;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  size_t ns[16];
+  size_t n_count = 0;
+  int quick = 0, big = 0;
+  const char *workloads = "cancel,bump,expire,churn,million_timers";
+  unsigned repeats = 0;
+  uint64_t seed = 42;
+  size_t mt_timers = 0;
+  const char *n_list = NULL;
+
+  for (int a = 1; a < argc; a++) {
+    const char *arg = argv[a];
+    const char *val = a + 1 < argc ? argv[a + 1] : NULL;
+    if (!strcmp(arg, "--quick"))
+      quick = 1;
+    else if (!strcmp(arg, "--big"))
+      big = 1;
+    else if (!strcmp(arg, "--n") && val)
+      n_list = argv[++a];
+    else if (!strcmp(arg, "--workloads") && val)
+      workloads = argv[++a];
+    else if (!strcmp(arg, "--repeats") && val)
+      repeats = (unsigned)strtoul(argv[++a], NULL, 10);
+    else if (!strcmp(arg, "--seed") && val)
+      seed = strtoull(argv[++a], NULL, 0);
+    else if (!strcmp(arg, "--mt-timers") && val) {
+      if (parse_count(argv[++a], &mt_timers) != 0) {
+        usage(stderr, argv[0]);
+        return 2;
+      }
+    } else if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+      usage(stdout, argv[0]);
+      return 0;
+    } else {
+      usage(stderr, argv[0]);
+      return 2;
+    }
+  }
+  if (n_list) {
+    for (const char *p = n_list; *p && n_count < 16; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") {
+      if (parse_count(p, &ns[n_count++]) != 0) {
+        usage(stderr, argv[0]);
+        return 2;
+      }
+    }
+  } else if (quick) {
+    ns[n_count++] = 10000;
+  } else {
+    ns[n_count++] = 10000;
+    ns[n_count++] = 100000;
+    ns[n_count++] = 1000000;
+    if (big)
+      ns[n_count++] = 10000000;
+  }
+  if (mt_timers == 0)
+    mt_timers = quick ? 100000 : 10000000;
+
+  const char *note;
+  size_t bytes = backend_timer_bytes(&note);
+  printf("I %s version %s\n", backend_name, backend_version());
+  printf("I %s timer_bytes %zu %s\n", backend_name, bytes, note);
+  fflush(stdout);
+
+  if (has_word(workloads, "million_timers")) {
+    fprintf(stderr, "bench %s: million_timers, %zu timers\n", backend_name, mt_timers);
+    if (million_timers_in_child(mt_timers) != 0) {
+      fprintf(stderr, "bench %s: million_timers failed\n", backend_name);
+      return 1;
+    }
+  }
+
+  if (backend_init() != 0) {
+    fprintf(stderr, "bench %s: cannot create the loop\n", backend_name);
+    return 1;
+  }
+  for (size_t k = 0; k < n_count; k++) {
+    size_t n = ns[k];
+    unsigned rep = repeats ? repeats : quick ? 1 : n >= 10000000 ? 1 : n >= 1000000 ? 3 : 5;
+    unsigned rep_steps = repeats ? repeats : quick || n >= 1000000 ? 1 : 3;
+    unsigned rep_expire = repeats ? repeats : quick ? 1 : n >= 1000000 ? 1 : 3;
+    n_timers = n;
+    if (backend_timers_alloc(n) != 0) {
+      fprintf(stderr, "bench %s: cannot allocate %zu timers\n", backend_name, n);
+      return 1;
+    }
+    for (size_t i = 0; i < n; i++)
+      backend_timer_init(i);
+    record("info", n, "bytes_per_timer", (double)bytes);
+    if (has_word(workloads, "memory"))
+      run_memory(n, seed);
+    if (has_word(workloads, "cancel")) {
+      fprintf(stderr, "bench %s: cancel, N=%zu, %u repeats\n", backend_name, n, rep);
+      run_cancel(n, rep, seed);
+    }
+    if (has_word(workloads, "bump")) {
+      fprintf(stderr, "bench %s: bump, N=%zu, %u repeats\n", backend_name, n, rep_steps);
+      run_bump(n, rep_steps, seed);
+    }
+    if (has_word(workloads, "expire")) {
+      fprintf(stderr, "bench %s: expire, N=%zu, %u repeats\n", backend_name, n, rep_expire);
+      run_expire(n, rep_expire, seed);
+    }
+    if (has_word(workloads, "churn")) {
+      fprintf(stderr, "bench %s: churn, N=%zu, %u repeats\n", backend_name, n, rep_steps);
+      run_churn(n, rep_steps, seed);
+    }
+    backend_timers_close();
+    backend_timers_free();
+  }
+  backend_fini();
+  return 0;
+}

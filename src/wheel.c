@@ -63,29 +63,9 @@
 
 #include <assert.h>
 
-static inline void list_init(wheel_entry_t *head) {
-  head->next = head;
-  head->prev = head;
-}
 
-static inline bool list_empty(const wheel_entry_t *head) {
-  return head->next == head;
-}
 
-static inline void list_append(wheel_entry_t *head, wheel_entry_t *entry) {
-  wheel_entry_t *tail = head->prev;
-  entry->next = head;
-  entry->prev = tail;
-  tail->next = entry;
-  head->prev = entry;
-}
 
-static inline void list_unlink(wheel_entry_t *entry) {
-  entry->prev->next = entry->next;
-  entry->next->prev = entry->prev;
-  entry->next = NULL;
-  entry->prev = NULL;
-}
 
 /* Moves every entry of `from` to the tail of `to`, in order. */
 static inline void list_splice_tail(wheel_entry_t *to, wheel_entry_t *from) {
@@ -101,14 +81,7 @@ static inline void list_splice_tail(wheel_entry_t *to, wheel_entry_t *from) {
   list_init(from);
 }
 
-static inline unsigned level_of(uint64_t deadline, uint64_t now) {
-  assert(deadline != now);
-  return (unsigned)(63 - __builtin_clzll(deadline ^ now)) / WHEEL_LEVEL_BITS;
-}
 
-static inline unsigned slot_of(uint64_t deadline, unsigned level) {
-  return (unsigned)(deadline >> (level * WHEEL_LEVEL_BITS)) & (WHEEL_SLOTS - 1);
-}
 
 /* The first tick of slot `slot` of `level` in the window that holds `now`. */
 static inline uint64_t slot_start(uint64_t now, unsigned level, unsigned slot) {
@@ -121,28 +94,7 @@ static inline unsigned first_bit(uint64_t bits) {
   return (unsigned)__builtin_ctzll(bits);
 }
 
-/* Clears the bit of a slot (or due bucket) whose list became empty. */
-static inline void mark_slot_empty(wheel_t *w, size_t index) {
-  unsigned level = (unsigned)(index / WHEEL_SLOTS);
-  w->occupied[level] &= ~(UINT64_C(1) << (index % WHEEL_SLOTS));
-  if (w->occupied[level] == 0)
-    w->level_mask &= ~(UINT32_C(1) << level);
-}
 
-/* Files an entry with deadline > w->now into its slot. */
-static void file_entry(wheel_t *w, wheel_entry_t *entry) {
-  unsigned level = level_of(entry->deadline, w->now);
-  unsigned slot = slot_of(entry->deadline, level);
-  wheel_entry_t *head = &w->slots[level * WHEEL_SLOTS + slot];
-  if (list_empty(head)) {
-    head->deadline = entry->deadline;
-    w->occupied[level] |= UINT64_C(1) << slot;
-    w->level_mask |= UINT32_C(1) << level;
-  } else if (entry->deadline < head->deadline) {
-    head->deadline = entry->deadline;
-  }
-  list_append(head, entry);
-}
 
 void wheel_init(wheel_t *w, uint64_t now) {
   w->now = now;
@@ -169,42 +121,8 @@ static bool has_due(const wheel_t *w) {
   return w->occupied[WHEEL_DUE_ROW] != 0 || !list_empty(&w->due_old);
 }
 
-static void insert_due(wheel_t *w, wheel_entry_t *entry) {
-  uint64_t deadline = entry->deadline;
-  if (w->due_limit - deadline < WHEEL_SLOTS) {
-    unsigned bucket = (unsigned)(deadline & (WHEEL_SLOTS - 1));
-    w->occupied[WHEEL_DUE_ROW] |= UINT64_C(1) << bucket;
-    list_append(&w->slots[WHEEL_DUE_ROW * WHEEL_SLOTS + bucket], entry);
-    return;
-  }
-  if (!list_empty(&w->due_old) && w->due_old.prev->deadline > deadline)
-    w->due_old_unsorted = true;
-  list_append(&w->due_old, entry);
-}
 
-void wheel_insert(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
-  assert(!wheel_entry_linked(entry));
-  entry->deadline = deadline;
-  w->count++;
-  if (deadline <= w->due_limit)
-    insert_due(w, entry);
-  else
-    file_entry(w, entry);
-}
 
-void wheel_remove(wheel_t *w, wheel_entry_t *entry) {
-  wheel_entry_t *next = entry->next;
-  wheel_entry_t *prev = entry->prev;
-  assert(next != NULL);
-  list_unlink(entry);
-  w->count--;
-  if (next == prev) {
-    /* The list is now empty and `next` is its sentinel. */
-    uintptr_t offset = (uintptr_t)next - (uintptr_t)w->slots;
-    if (offset < sizeof w->slots)
-      mark_slot_empty(w, offset / sizeof(wheel_entry_t));
-  }
-}
 
 /* The lowest level's first occupied slot (level_mask has no bit for the
  * due row, which mark_slot_empty may clear but nothing sets). */

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <assert.h>
 #include <stdint.h>
 
 #include "uvtw.h" /* struct uvtw__entry_s: the intrusive node lives in uvtw_timer_t */
@@ -43,13 +44,6 @@ void wheel_init(wheel_t *w, uint64_t now);
  * that entries inserted next are filed on the lowest levels. O(1). */
 void wheel_catch_up(wheel_t *w, uint64_t now);
 
-/* Files `entry` (not in any wheel) to fire at `deadline`. O(1), except that
- * an entry more than 63 ticks overdue may later cost a share of a sort. */
-void wheel_insert(wheel_t *w, wheel_entry_t *entry, uint64_t deadline);
-
-/* Takes `entry` out of the wheel. O(1). It must be in this wheel. */
-void wheel_remove(wheel_t *w, wheel_entry_t *entry);
-
 static inline bool wheel_entry_linked(const wheel_entry_t *entry) {
   return entry->next != NULL;
 }
@@ -75,5 +69,104 @@ void wheel_clear(wheel_t *w, wheel_fire_fn drop, void *ctx);
 /* Verifies every invariant (lists, bitmaps, slot minimums, levels, count).
  * Returns NULL if all hold, else a description of the first broken one. */
 const char *wheel_check(const wheel_t *w);
+
+/* ---- The O(1) operations, inline: they are the hot path of every timer
+ * start, stop and restart. wheel.c explains the layout they maintain. ---- */
+
+static inline void list_init(wheel_entry_t *head) {
+  head->next = head;
+  head->prev = head;
+}
+
+static inline bool list_empty(const wheel_entry_t *head) {
+  return head->next == head;
+}
+
+static inline void list_append(wheel_entry_t *head, wheel_entry_t *entry) {
+  wheel_entry_t *tail = head->prev;
+  entry->next = head;
+  entry->prev = tail;
+  tail->next = entry;
+  head->prev = entry;
+}
+
+static inline void list_unlink(wheel_entry_t *entry) {
+  entry->prev->next = entry->next;
+  entry->next->prev = entry->prev;
+  entry->next = NULL;
+  entry->prev = NULL;
+}
+
+static inline unsigned level_of(uint64_t deadline, uint64_t now) {
+  assert(deadline != now);
+  return (unsigned)(63 - __builtin_clzll(deadline ^ now)) / WHEEL_LEVEL_BITS;
+}
+
+static inline unsigned slot_of(uint64_t deadline, unsigned level) {
+  return (unsigned)(deadline >> (level * WHEEL_LEVEL_BITS)) & (WHEEL_SLOTS - 1);
+}
+
+/* Clears the bit of a slot (or due bucket) whose list became empty. */
+static inline void mark_slot_empty(wheel_t *w, size_t index) {
+  unsigned level = (unsigned)(index / WHEEL_SLOTS);
+  w->occupied[level] &= ~(UINT64_C(1) << (index % WHEEL_SLOTS));
+  if (w->occupied[level] == 0)
+    w->level_mask &= ~(UINT32_C(1) << level);
+}
+
+/* Files an entry with deadline > w->now into its slot. */
+static inline void file_entry(wheel_t *w, wheel_entry_t *entry) {
+  unsigned level = level_of(entry->deadline, w->now);
+  unsigned slot = slot_of(entry->deadline, level);
+  wheel_entry_t *head = &w->slots[level * WHEEL_SLOTS + slot];
+  if (list_empty(head)) {
+    head->deadline = entry->deadline;
+    w->occupied[level] |= UINT64_C(1) << slot;
+    w->level_mask |= UINT32_C(1) << level;
+  } else if (entry->deadline < head->deadline) {
+    head->deadline = entry->deadline;
+  }
+  list_append(head, entry);
+}
+
+static inline void insert_due(wheel_t *w, wheel_entry_t *entry) {
+  uint64_t deadline = entry->deadline;
+  if (w->due_limit - deadline < WHEEL_SLOTS) {
+    unsigned bucket = (unsigned)(deadline & (WHEEL_SLOTS - 1));
+    w->occupied[WHEEL_DUE_ROW] |= UINT64_C(1) << bucket;
+    list_append(&w->slots[WHEEL_DUE_ROW * WHEEL_SLOTS + bucket], entry);
+    return;
+  }
+  if (!list_empty(&w->due_old) && w->due_old.prev->deadline > deadline)
+    w->due_old_unsorted = true;
+  list_append(&w->due_old, entry);
+}
+
+/* Files `entry` (not in any wheel) to fire at `deadline`. O(1), except that
+ * an entry more than 63 ticks overdue may later cost a share of a sort. */
+static inline void wheel_insert(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
+  assert(!wheel_entry_linked(entry));
+  entry->deadline = deadline;
+  w->count++;
+  if (deadline <= w->due_limit)
+    insert_due(w, entry);
+  else
+    file_entry(w, entry);
+}
+
+/* Takes `entry` out of the wheel. O(1). It must be in this wheel. */
+static inline void wheel_remove(wheel_t *w, wheel_entry_t *entry) {
+  wheel_entry_t *next = entry->next;
+  wheel_entry_t *prev = entry->prev;
+  assert(next != NULL);
+  list_unlink(entry);
+  w->count--;
+  if (next == prev) {
+    /* The list is now empty and `next` is its sentinel. */
+    uintptr_t offset = (uintptr_t)next - (uintptr_t)w->slots;
+    if (offset < sizeof w->slots)
+      mark_slot_empty(w, offset / sizeof(wheel_entry_t));
+  }
+}
 
 #endif

@@ -161,16 +161,16 @@ static void rearm(uvtw_wheel_t *w) {
     arm(w, next);
 }
 
-/* Files an entry; outside a pass, arms the timer if it is now the earliest. */
+/* Files an entry; outside a pass, re-arms if it may now be the earliest.
+ * rearm, not arm(deadline): while the timer is unarmed after a kick, entries
+ * already due are waiting too, and they come first. */
 static void insert_entry(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline) {
   if (w->wheel.count == 0 && !w->in_pass)
     wheel_catch_up(&w->wheel, now_ticks(w)); /* file it as low as it can go */
   wheel_insert(&w->wheel, &timer->entry_, deadline);
   if (!w->in_pass && (!w->timer_armed || deadline < w->armed))
-    arm(w, deadline);
+    rearm(w);
 }
-
-/* ---- the cross-thread gate ------------------------------------------------ */
 
 /* ---- waking the loop ----------------------------------------------------- */
 
@@ -330,14 +330,12 @@ static void on_async(uv_async_t *handle) {
   uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, async);
   if (w->closing)
     return;
-  if (w->wheel.count != 0 && !w->timer_armed)
-    rearm(w); /* kicked: arm outside the timer phase */
   mpsc_node_t *batch = mpsc_take_all(&w->shared->queue);
-  if (batch == NULL)
-    return; /* a kick from rearm_after_pass */
-  w->stats.remote_batches++;
-  take_in_all(w, batch);
-  rearm(w);
+  if (batch != NULL) {
+    w->stats.remote_batches++;
+    take_in_all(w, batch);
+  }
+  rearm(w); /* also after a kick from rearm_after_pass: arm outside the timer phase */
 }
 
 static void rearm_after_pass(uvtw_wheel_t *w) {

@@ -2252,6 +2252,75 @@ static void test_inactive_timer_memory(void) {
   log_reset();
 }
 
+/* A pass that leaves an entry due for the next iteration, followed in the
+ * same iteration (before the poll phase) by a start of a much later timer:
+ * the due entry must still run in the next iteration, not at the later
+ * timer's deadline. */
+typedef struct {
+  uvtw_timer_t due;
+  uvtw_timer_t later;
+  uv_prepare_t prepare;
+  int due_runs;
+  uint64_t due_iter[2];
+  int later_starts;
+} kick_case_t;
+
+static kick_case_t g_kick;
+
+static void kick_due_cb(uvtw_timer_t *timer) {
+  g_kick.due_iter[g_kick.due_runs < 2 ? g_kick.due_runs : 1] = g_iter;
+  if (++g_kick.due_runs == 1)
+    uvtw_timer_start(timer, kick_due_cb, 0, 0); /* due again: next iteration */
+}
+
+static void kick_prepare_cb(uv_prepare_t *handle) {
+  /* Runs after the timer phase and before poll: between the pass and the
+   * wheel's own async callback. */
+  if (g_kick.due_runs == 1 && g_kick.later_starts == 0) {
+    g_kick.later_starts++;
+    uvtw_timer_start(&g_kick.later, noop_timer_cb, 1000, 0);
+  }
+  if (g_kick.due_runs >= 2)
+    uv_prepare_stop(handle);
+}
+
+static void test_due_entry_not_delayed_by_later_start(void) {
+  const char *T = "due entry not delayed by a later start";
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel;
+
+  loop_open(&loop);
+  wheel = wheel_open(&loop, NULL, T);
+  if (!wheel) {
+    loop_finish(&loop, T);
+    return;
+  }
+  memset(&g_kick, 0, sizeof g_kick);
+  uvtw_timer_init(wheel, &g_kick.due);
+  uvtw_timer_init(wheel, &g_kick.later);
+  uv_prepare_init(&loop, &g_kick.prepare);
+  uv_prepare_start(&g_kick.prepare, kick_prepare_cb);
+  uvtw_timer_start(&g_kick.due, kick_due_cb, 5, 0);
+  uint64_t t0 = uv_now(&loop);
+  while (g_kick.due_runs < 2 && uv_now(&loop) - t0 < 3000 && g_watchdog_fired == 0)
+    uv_run(&loop, UV_RUN_ONCE);
+  uint64_t waited = uv_now(&loop) - t0;
+  if (!tap_ok(g_kick.due_runs == 2 && g_kick.later_starts == 1 && waited < 500,
+              "%s: a timer restarted as due inside its callback runs again promptly even "
+              "when a 1000 ms timer is started before the poll phase",
+              T))
+    tap_diag("  expected 2 runs within 500 ms, got %d runs after %" PRIu64 " ms (later starts %d)",
+             g_kick.due_runs, waited, g_kick.later_starts);
+  if (!tap_ok(g_kick.due_runs == 2 && g_kick.due_iter[1] == g_kick.due_iter[0] + 1,
+              "%s: it runs in the very next loop iteration", T))
+    tap_diag("  expected iteration %" PRIu64 ", got %" PRIu64, g_kick.due_iter[0] + 1,
+             g_kick.due_iter[1]);
+  uvtw_timer_stop(&g_kick.later);
+  close_handle(&g_kick.prepare);
+  wheel_close_wait(wheel, &loop, T);
+  loop_finish(&loop, T);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   rng_init();
@@ -2278,5 +2347,6 @@ int main(void) {
   test_next_due();
   test_tick();
   test_inactive_timer_memory();
+  test_due_entry_not_delayed_by_later_start();
   return tap_done();
 }

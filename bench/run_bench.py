@@ -99,6 +99,20 @@ def fmt(v):
     return "%.3f" % v
 
 
+
+def ratio_cells(vals, base, ratio):
+    """Table cells for one row: each backend's value, with its ratio to
+    uv_timer_t's when the row has one."""
+    cells = []
+    for v in vals:
+        if v is None:
+            cells.append("-")
+        elif ratio and base:
+            cells.append("%s (%.2fx)" % (fmt(v), v / base))
+        else:
+            cells.append(fmt(v))
+    return cells
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
@@ -173,30 +187,14 @@ def table(res, backends, ns, mt_n):
             if all(v is None for v in vals):
                 continue
             base = res.get("uv", wl, n, metric)
-            cells = []
-            for v in vals:
-                if v is None:
-                    cells.append("-")
-                elif ratio and base:
-                    cells.append("%s (%.2fx)" % (fmt(v), v / base))
-                else:
-                    cells.append(fmt(v))
-            rows.append([wl, label, pow10(n)] + cells)
+            rows.append([wl, label, pow10(n)] + ratio_cells(vals, base, ratio))
     if mt_n:
         for metric, label, ratio in MT_ROWS:
             vals = [res.get(b, "million_timers", mt_n, metric) for b in backends]
             if all(v is None for v in vals):
                 continue
             base = res.get("uv", "million_timers", mt_n, metric)
-            cells = []
-            for v in vals:
-                if v is None:
-                    cells.append("-")
-                elif ratio and base:
-                    cells.append("%s (%.2fx)" % (fmt(v), v / base))
-                else:
-                    cells.append(fmt(v))
-            rows.append(["million_timers", label, pow10(mt_n)] + cells)
+            rows.append(["million_timers", label, pow10(mt_n)] + ratio_cells(vals, base, ratio))
     widths = [max(len(str(r[i])) for r in rows + [cols]) for i in range(len(cols))]
     out = []
     line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"

@@ -97,7 +97,7 @@ struct uvtw_wheel_s {
   bool timer_armed;
   int handles_open;
   uint64_t armed;    /* the deadline (ticks) the uv_timer_t is armed for */
-  uint64_t timers_active;
+  uint64_t tasks_linked; /* task entries in the wheel; the rest are timers */
   uvtw_close_cb close_cb;
   void *close_arg;
   uvtw_stats_t stats; /* loop-side counters; active/stopped completed on read */
@@ -271,17 +271,16 @@ static void fire_entry(wheel_entry_t *entry, void *ctx) {
   uvtw_wheel_t *w = ctx;
   uvtw_timer_t *timer = container_of(entry, uvtw_timer_t, entry_);
   if (timer->cb_ == task_entry) {
+    w->tasks_linked--;
     finish_task(w, container_of(timer, uvtw_ticket_t, timer), 0);
     return;
   }
-  w->timers_active--;
   w->stats.fired++;
   note_lateness(w, entry->deadline);
   if (timer->repeat_ != 0) {
     /* Like uv_timer_t: re-armed from the loop's now before the callback. */
     wheel_insert(&w->wheel, entry,
                  ticks_of_ms(w, add_saturating(uv_now(w->loop), timer->repeat_)));
-    w->timers_active++;
     w->stats.started++;
   }
   timer->cb_(timer);
@@ -290,10 +289,10 @@ static void fire_entry(wheel_entry_t *entry, void *ctx) {
 static void drop_entry(wheel_entry_t *entry, void *ctx) {
   uvtw_wheel_t *w = ctx;
   uvtw_timer_t *timer = container_of(entry, uvtw_timer_t, entry_);
-  if (timer->cb_ == task_entry)
+  if (timer->cb_ == task_entry) {
+    w->tasks_linked--;
     finish_task(w, container_of(timer, uvtw_ticket_t, timer), UV_ECANCELED);
-  else
-    w->timers_active--;
+  }
 }
 
 /* Handles one message from the queue (see the state diagram above). */
@@ -306,6 +305,7 @@ static void take_in(uvtw_wheel_t *w, uvtw_ticket_t *task) {
       return;
     }
     w->stats.started++;
+    w->tasks_linked++;
     insert_entry(w, &task->timer, task->deadline);
     return;
   }
@@ -314,6 +314,7 @@ static void take_in(uvtw_wheel_t *w, uvtw_ticket_t *task) {
     /* A cancel message for a task still in the wheel: the loop's reference
      * and the message's both go. */
     wheel_remove(&w->wheel, &task->timer.entry_);
+    w->tasks_linked--;
     task_unref(task);
   }
   /* Else the loop's reference (a take-in message of a task cancelled in the
@@ -451,7 +452,8 @@ void uvtw_wheel_unref(uvtw_wheel_t *w) {
 int64_t uvtw_wheel_next_due(const uvtw_wheel_t *w) {
   if (w->wheel.count == 0)
     return -1;
-  uint64_t due = ms_of_ticks(w, wheel_next_deadline_exact(&w->wheel));
+  /* Not a change the caller can see: it applies logged restarts first. */
+  uint64_t due = ms_of_ticks(w, wheel_next_deadline_exact((wheel_t *)&w->wheel));
   uint64_t now = uv_now(w->loop);
   if (due <= now)
     return 0;
@@ -460,7 +462,7 @@ int64_t uvtw_wheel_next_due(const uvtw_wheel_t *w) {
 
 void uvtw_wheel_stats(const uvtw_wheel_t *w, uvtw_stats_t *out) {
   *out = w->stats;
-  out->active = w->timers_active + atomic_load(&w->shared->tasks_active);
+  out->active = w->wheel.count - w->tasks_linked + atomic_load(&w->shared->tasks_active);
   out->stopped += atomic_load(&w->shared->cancels_won);
   out->cascaded = w->wheel.cascaded;
 }
@@ -488,16 +490,20 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   uvtw_wheel_t *w = timer->wheel_;
   if (w->closing)
     return UV_ECANCELED;
-  if (wheel_entry_linked(&timer->entry_)) {
-    wheel_remove(&w->wheel, &timer->entry_);
-    w->timers_active--;
-    w->stats.stopped++;
-  }
+  uint64_t deadline = ticks_of_ms(w, add_saturating(uv_now(w->loop), timeout));
   timer->cb_ = cb;
   timer->repeat_ = repeat;
-  insert_entry(w, timer, ticks_of_ms(w, add_saturating(uv_now(w->loop), timeout)));
-  w->timers_active++;
   w->stats.started++;
+  if (wheel_entry_linked(&timer->entry_)) {
+    /* A restart: logged, applied in a batch (wheel_restart). The wheel is
+     * not empty, so it needs no catching up; re-arm as an insert would. */
+    w->stats.stopped++;
+    wheel_restart(&w->wheel, &timer->entry_, deadline);
+    if (!w->in_pass && (!w->timer_armed || deadline < w->armed))
+      rearm(w);
+    return 0;
+  }
+  insert_entry(w, timer, deadline);
   return 0;
 }
 
@@ -508,7 +514,6 @@ int uvtw_timer_stop(uvtw_timer_t *timer) {
     return 0;
   uvtw_wheel_t *w = timer->wheel_;
   wheel_remove(&w->wheel, &timer->entry_);
-  w->timers_active--;
   w->stats.stopped++;
   if (w->wheel.count == 0 && !w->in_pass)
     disarm(w);
@@ -576,6 +581,7 @@ int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *
     atomic_init(&task->state, TASK_IN_WHEEL);
     atomic_fetch_add(&sh->tasks_active, 1);
     wheel->stats.started++;
+    wheel->tasks_linked++;
     insert_entry(wheel, &task->timer, task->deadline);
   } else {
     atomic_init(&task->state, TASK_QUEUED);
@@ -619,6 +625,7 @@ int uvtw_ticket_cancel(uvtw_ticket_t *task) {
     uvtw_wheel_t *w = sh->wheel;
     if (!w->closing) {
       wheel_remove(&w->wheel, &task->timer.entry_);
+      w->tasks_linked--;
       if (w->wheel.count == 0 && !w->in_pass)
         disarm(w);
       task_unref(task);

@@ -103,6 +103,7 @@ void wheel_init(wheel_t *w, uint64_t now) {
   w->level_mask = 0;
   w->due_old_unsorted = false;
   w->cascaded = 0;
+  w->log_len = 0;
   for (unsigned k = 0; k <= WHEEL_DUE_ROW; k++)
     w->occupied[k] = 0;
   list_init(&w->due_old);
@@ -112,7 +113,7 @@ void wheel_init(wheel_t *w, uint64_t now) {
 }
 
 void wheel_catch_up(wheel_t *w, uint64_t now) {
-  assert(w->count == 0);
+  assert(w->count == 0 && w->log_len == 0);
   if (now > w->now)
     w->now = w->due_limit = now;
 }
@@ -135,7 +136,29 @@ static const wheel_entry_t *earliest_slot(const wheel_t *w, unsigned *level_out)
   return &w->slots[level * WHEEL_SLOTS + slot];
 }
 
-uint64_t wheel_next_deadline(const wheel_t *w) {
+void wheel_flush(wheel_t *w) {
+  enum { AHEAD = 8 };
+  uint32_t n = w->log_len;
+  bool to_old = false;
+  w->log_len = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    /* insert_due compares with the old list's tail, whose deadline may be
+     * a logged restart's not yet applied: then it cannot vouch for order. */
+    to_old |= w->log[i].deadline <= w->due_limit && w->due_limit - w->log[i].deadline >= WHEEL_SLOTS;
+    if (i + AHEAD < n) {
+      /* The entry itself is cached: the restart wrote its deadline. */
+      const wheel_entry_t *ahead = w->log[i + AHEAD].entry;
+      __builtin_prefetch(ahead->next, 1);
+      __builtin_prefetch(ahead->prev, 1);
+    }
+    wheel_move_now(w, w->log[i].entry, w->log[i].deadline);
+  }
+  if (to_old && !list_empty(&w->due_old))
+    w->due_old_unsorted = true;
+}
+
+uint64_t wheel_next_deadline(wheel_t *w) {
+  wheel_sync(w);
   if (!list_empty(&w->firing) || has_due(w))
     return w->now; /* already due */
   unsigned level;
@@ -143,7 +166,8 @@ uint64_t wheel_next_deadline(const wheel_t *w) {
   return head ? head->deadline : UINT64_MAX;
 }
 
-uint64_t wheel_next_deadline_exact(const wheel_t *w) {
+uint64_t wheel_next_deadline_exact(wheel_t *w) {
+  wheel_sync(w);
   if (!list_empty(&w->firing) || has_due(w))
     return w->now;
   unsigned level;
@@ -163,7 +187,10 @@ uint64_t wheel_next_deadline_exact(const wheel_t *w) {
  * remove or restart entries still waiting in the list. */
 static size_t fire_list(wheel_t *w, wheel_fire_fn fire, void *ctx) {
   size_t fired = 0;
-  while (!list_empty(&w->firing)) {
+  for (;;) {
+    wheel_sync(w); /* a callback may have restarted entries still listed */
+    if (list_empty(&w->firing))
+      break;
     wheel_entry_t *entry = w->firing.next;
     list_unlink(entry);
     w->count--;
@@ -262,6 +289,7 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
   size_t fired = 0;
   if (now < w->now)
     now = w->now;
+  wheel_sync(w);
   take_due(w); /* before due_limit moves: it orders the buckets */
   w->due_limit = now;
   fired += fire_list(w, fire, ctx);
@@ -288,6 +316,7 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
 }
 
 void wheel_clear(wheel_t *w, wheel_fire_fn drop, void *ctx) {
+  wheel_sync(w);
   take_due(w);
   /* Within a level, slot order is time order (no wrap); levels ascend. */
   for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
@@ -314,11 +343,32 @@ static int64_t check_list(const wheel_entry_t *head, uint64_t limit) {
   return head->prev == prev ? n : -1;
 }
 
+/* Whether a restart of `e` is logged: it may then sit anywhere. */
+static bool logged(const wheel_t *w, const wheel_entry_t *e) {
+  for (uint32_t i = 0; i < w->log_len; i++)
+    if (w->log[i].entry == e)
+      return true;
+  return false;
+}
+
 const char *wheel_check(const wheel_t *w) {
   uint64_t seen = 0;
   uint32_t levels = 0;
   if (w->due_limit < w->now)
     return "due_limit is behind the wheel's time";
+  if (w->log_len >= WHEEL_LOG)
+    return "the restart log is over-full";
+  for (uint32_t i = 0; i < w->log_len; i++) {
+    const wheel_entry_t *e = w->log[i].entry;
+    if (!wheel_entry_linked(e))
+      return "a logged restart's entry is not in the wheel";
+    uint32_t last = i;
+    for (uint32_t j = i + 1; j < w->log_len; j++)
+      if (w->log[j].entry == e)
+        last = j;
+    if (e->deadline != w->log[last].deadline)
+      return "an entry's deadline is not its last logged restart's";
+  }
   for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
     for (unsigned slot = 0; slot < WHEEL_SLOTS; slot++) {
       const wheel_entry_t *head = &w->slots[level * WHEEL_SLOTS + slot];
@@ -333,14 +383,17 @@ const char *wheel_check(const wheel_t *w) {
       levels |= UINT32_C(1) << level;
       seen += (uint64_t)n;
       for (const wheel_entry_t *e = head->next; e != head; e = e->next) {
+        const char *bad = NULL;
         if (e->deadline <= w->now)
-          return "an entry in a slot is not after the wheel's time";
-        if (level_of(e->deadline, w->now) != level || slot_of(e->deadline, level) != slot)
-          return "an entry is filed in the wrong slot";
-        if (e->deadline < head->deadline)
-          return "a slot's minimum is above one of its entries";
-        if (level == 0 && e->deadline != head->deadline)
-          return "a level-0 slot holds two deadlines";
+          bad = "an entry in a slot is not after the wheel's time";
+        else if (level_of(e->deadline, w->now) != level || slot_of(e->deadline, level) != slot)
+          bad = "an entry is filed in the wrong slot";
+        else if (e->deadline < head->deadline)
+          bad = "a slot's minimum is above one of its entries";
+        else if (level == 0 && e->deadline != head->deadline)
+          bad = "a level-0 slot holds two deadlines";
+        if (bad != NULL && !logged(w, e)) /* a logged entry may sit anywhere */
+          return bad;
       }
     }
   }
@@ -356,19 +409,24 @@ const char *wheel_check(const wheel_t *w) {
       return "occupancy bit disagrees with a due bucket";
     seen += (uint64_t)n;
     for (const wheel_entry_t *e = head->next; e != head; e = e->next)
-      if (e->deadline > w->due_limit || w->due_limit - e->deadline >= WHEEL_SLOTS ||
-          (e->deadline & (WHEEL_SLOTS - 1)) != bucket)
+      if ((e->deadline > w->due_limit || w->due_limit - e->deadline >= WHEEL_SLOTS ||
+           (e->deadline & (WHEEL_SLOTS - 1)) != bucket) &&
+          !logged(w, e))
         return "an entry is in the wrong due bucket";
   }
   int64_t n = check_list(&w->due_old, w->count);
   if (n < 0)
     return "broken links in the old due list";
   seen += (uint64_t)n;
+  const wheel_entry_t *before = NULL; /* the last entry not logged */
   for (const wheel_entry_t *e = w->due_old.next; e != &w->due_old; e = e->next) {
+    if (w->log_len != 0 && logged(w, e))
+      continue;
     if (e->deadline > w->due_limit || w->due_limit - e->deadline < WHEEL_SLOTS)
       return "an entry in the old due list is not old";
-    if (!w->due_old_unsorted && e->next != &w->due_old && e->next->deadline < e->deadline)
+    if (!w->due_old_unsorted && before != NULL && e->deadline < before->deadline)
       return "the old due list is out of order but not marked so";
+    before = e;
   }
   n = check_list(&w->firing, w->count);
   if (n < 0)

@@ -18,6 +18,13 @@
 
 typedef struct uvtw__entry_s wheel_entry_t;
 
+/* Restarts are logged and applied in batches (see wheel_restart). */
+#define WHEEL_LOG 64
+typedef struct wheel_log_s {
+  wheel_entry_t *entry;
+  uint64_t deadline;
+} wheel_log_t;
+
 /* Called for each due entry, already removed from the wheel. It may insert
  * and remove any entries, including the one it was given. */
 typedef void (*wheel_fire_fn)(wheel_entry_t *entry, void *ctx);
@@ -29,6 +36,7 @@ typedef struct wheel_s {
   uint32_t level_mask;   /* bit k set iff occupied[k] != 0 */
   bool due_old_unsorted; /* `due_old` may be out of deadline order */
   uint64_t cascaded;     /* entries moved down a level, for stats */
+  uint32_t log_len;      /* restarts logged, not yet applied */
   uint64_t occupied[WHEEL_LEVELS + 1]; /* [WHEEL_DUE_ROW]: the due buckets */
   wheel_entry_t due_old; /* due entries more than 63 ticks before due_limit */
   wheel_entry_t firing;  /* entries being handed out by the current pass */
@@ -36,6 +44,7 @@ typedef struct wheel_s {
    * deadline (exact after inserts, a lower bound after removals). The last
    * row holds due entries within 63 ticks of due_limit, by deadline & 63. */
   wheel_entry_t slots[(WHEEL_LEVELS + 1) * WHEEL_SLOTS];
+  wheel_log_t log[WHEEL_LOG]; /* restarts in call order, oldest first */
 } wheel_t;
 
 void wheel_init(wheel_t *w, uint64_t now);
@@ -48,13 +57,22 @@ static inline bool wheel_entry_linked(const wheel_entry_t *entry) {
   return entry->next != NULL;
 }
 
+/* Applies every logged restart, in order (see wheel_restart). Every other
+ * operation does this first, so none of them sees the log. */
+void wheel_flush(wheel_t *w);
+
+static inline void wheel_sync(wheel_t *w) {
+  if (w->log_len != 0)
+    wheel_flush(w);
+}
+
 /* The earliest deadline held, as a lower bound (exact unless entries were
- * removed from that slot); UINT64_MAX if empty. O(1). */
-uint64_t wheel_next_deadline(const wheel_t *w);
+ * removed from that slot); UINT64_MAX if empty. O(1) after the flush. */
+uint64_t wheel_next_deadline(wheel_t *w);
 
 /* The exact earliest deadline; UINT64_MAX if empty. O(levels) plus a scan
- * of the earliest upper-level slot. */
-uint64_t wheel_next_deadline_exact(const wheel_t *w);
+ * of the earliest upper-level slot, after the flush. */
+uint64_t wheel_next_deadline_exact(wheel_t *w);
 
 /* Moves the wheel's time to `now` and hands every entry with deadline <= now
  * to `fire`, in nondecreasing deadline order, FIFO among equal deadlines.
@@ -146,6 +164,7 @@ static inline void insert_due(wheel_t *w, wheel_entry_t *entry) {
  * an entry more than 63 ticks overdue may later cost a share of a sort. */
 static inline void wheel_insert(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
   assert(!wheel_entry_linked(entry));
+  wheel_sync(w);
   entry->deadline = deadline;
   w->count++;
   if (deadline <= w->due_limit)
@@ -156,6 +175,7 @@ static inline void wheel_insert(wheel_t *w, wheel_entry_t *entry, uint64_t deadl
 
 /* Takes `entry` out of the wheel. O(1). It must be in this wheel. */
 static inline void wheel_remove(wheel_t *w, wheel_entry_t *entry) {
+  wheel_sync(w);
   wheel_entry_t *next = entry->next;
   wheel_entry_t *prev = entry->prev;
   assert(next != NULL);
@@ -167,6 +187,45 @@ static inline void wheel_remove(wheel_t *w, wheel_entry_t *entry) {
     if (offset < sizeof w->slots)
       mark_slot_empty(w, offset / sizeof(wheel_entry_t));
   }
+}
+
+/* Re-files `entry`, which is in this wheel, to fire at `deadline`: a remove
+ * and an insert without their bookkeeping in between (the count does not
+ * change, the links are overwritten, not cleared). It goes to the tail of
+ * its new list, as an insert would. O(1). Ignores the log. */
+static inline void wheel_move_now(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
+  wheel_entry_t *next = entry->next;
+  wheel_entry_t *prev = entry->prev;
+  assert(next != NULL);
+  prev->next = next;
+  next->prev = prev;
+  if (next == prev) {
+    uintptr_t offset = (uintptr_t)next - (uintptr_t)w->slots;
+    if (offset < sizeof w->slots)
+      mark_slot_empty(w, offset / sizeof(wheel_entry_t));
+  }
+  entry->deadline = deadline;
+  if (deadline <= w->due_limit)
+    insert_due(w, entry);
+  else
+    file_entry(w, entry);
+}
+
+/* Restarts `entry`, which is in this wheel, to fire at `deadline`, as a
+ * remove and an insert would, but later: the entry's deadline changes now,
+ * and the move is logged. The log is applied in call order, before any other
+ * operation, so nothing can tell the difference, except the cost: a restart
+ * touches only the entry and the log, and the batch moves entries with their
+ * neighbours prefetched ahead, instead of stalling on two dependent cache
+ * misses per restart. O(1) amortized. */
+static inline void wheel_restart(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
+  assert(wheel_entry_linked(entry));
+  entry->deadline = deadline;
+  wheel_log_t *record = &w->log[w->log_len];
+  record->entry = entry;
+  record->deadline = deadline;
+  if (++w->log_len == WHEEL_LOG)
+    wheel_flush(w);
 }
 
 #endif

@@ -119,6 +119,14 @@ static void model_remove(item_t *it) {
   wheel_remove(&wheel, &it->entry);
 }
 
+/* A restart through the log: to the model, a remove and an insert. */
+static void model_restart(item_t *it, uint64_t deadline) {
+  it->deadline = deadline;
+  it->seq = seq_counter++;
+  it->pass = pass_counter;
+  wheel_restart(&wheel, &it->entry, deadline);
+}
+
 /* The entry the model says must fire next in this pass, or NULL. */
 static item_t *model_next_due(void) {
   item_t *best = NULL;
@@ -146,9 +154,25 @@ static uint64_t model_min_deadline(void) {
 static void random_operation(uint64_t now) {
   item_t *it = &items[rnd_below(MAX_ENTRIES)];
   if (it->active) {
-    model_remove(it);
-    if (rnd_below(2)) /* restart */
+    switch (rnd_below(12)) {
+    case 0: case 1: case 2: case 3: case 4: case 5:
+      model_remove(it);
+      break;
+    case 6: case 7: /* restart by hand */
+      model_remove(it);
       model_insert(it, random_deadline(now));
+      break;
+    case 8: /* a burst of logged restarts, often past the log's size */
+      for (uint64_t n = rnd_below(2 * WHEEL_LOG + 10); n > 0; n--) {
+        item_t *other = &items[rnd_below(MAX_ENTRIES)];
+        if (other->active)
+          model_restart(other, rnd_below(4) == 0 ? now + rnd_below(3) : random_deadline(now));
+      }
+      break;
+    default:
+      model_restart(it, random_deadline(now));
+      break;
+    }
   } else {
     model_insert(it, random_deadline(now));
   }
@@ -229,6 +253,10 @@ static bool check_step(uint64_t step) {
              step, wheel.count, count);
     return false;
   }
+  /* Asking for the next deadline applies the restart log; mostly leave the
+   * log alone, so that logged restarts meet later operations. */
+  if (rnd_below(4) != 0)
+    return true;
   uint64_t exact = wheel_next_deadline_exact(&wheel);
   uint64_t want = model_min_deadline();
   /* A due entry is reported as the wheel's now. */
@@ -384,6 +412,60 @@ static void test_basics(void) {
          "a pass over an emptied, unsorted old due list hands out nothing and returns");
 }
 
+/* Logged restarts against inserts and removals, by hand. */
+static void test_restart_log(void) {
+  static item_t a, b, c, d;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  memset(&c, 0, sizeof c);
+  memset(&d, 0, sizeof d);
+  wheel_init(&wheel, 0);
+  wheel_insert(&wheel, &a.entry, 100);
+  wheel_insert(&wheel, &b.entry, 100);
+  wheel_insert(&wheel, &c.entry, 100);
+  wheel_restart(&wheel, &b.entry, 200);
+  wheel_restart(&wheel, &a.entry, 200);
+  TAP_EQ(wheel.log_len, 2, "restarts are logged, not applied");
+  TAP_EQ(a.entry.deadline, 200, "a logged restart changes the entry's deadline at once");
+  tap_ok(wheel_check(&wheel) == NULL, "invariants hold with restarts logged");
+  wheel_insert(&wheel, &d.entry, 200);
+  TAP_EQ(wheel.log_len, 0, "an insert applies the log first");
+  fired_count = 0;
+  wheel_advance(&wheel, 100, record_fire, NULL);
+  tap_ok(fired_count == 1 && fired_order[0] == &c, "only the entry not restarted fires at 100");
+  wheel_advance(&wheel, 200, record_fire, NULL);
+  tap_ok(fired_count == 4 && fired_order[1] == &b && fired_order[2] == &a && fired_order[3] == &d,
+         "restarted entries fire in restart order, before a later insert with their deadline");
+
+  /* Restarted twice: the last restart decides both deadline and place. */
+  wheel_init(&wheel, 0);
+  wheel_insert(&wheel, &a.entry, 50);
+  wheel_insert(&wheel, &b.entry, 50);
+  wheel_restart(&wheel, &a.entry, 300);
+  wheel_restart(&wheel, &b.entry, 300);
+  wheel_restart(&wheel, &a.entry, 300);
+  tap_ok(wheel_check(&wheel) == NULL, "an entry logged twice is checked by its last restart");
+  wheel_remove(&wheel, &b.entry);
+  TAP_EQ(wheel_next_deadline_exact(&wheel), 300, "a removal applies the log before it unlinks");
+  fired_count = 0;
+  wheel_advance(&wheel, 300, record_fire, NULL);
+  tap_ok(fired_count == 1 && fired_order[0] == &a && wheel.count == 0,
+         "the entry restarted twice fires once, at its last deadline");
+
+  /* A full log applies itself; the earliest deadline may move earlier. */
+  static item_t many[WHEEL_LOG + 1];
+  memset(many, 0, sizeof many);
+  wheel_init(&wheel, 0);
+  for (int i = 0; i <= WHEEL_LOG; i++)
+    wheel_insert(&wheel, &many[i].entry, 1000);
+  for (int i = 0; i < WHEEL_LOG; i++)
+    wheel_restart(&wheel, &many[i].entry, 2000 - (uint64_t)i);
+  TAP_EQ(wheel.log_len, 0, "a full log is applied by the restart that fills it");
+  wheel_restart(&wheel, &many[WHEEL_LOG].entry, 5);
+  TAP_EQ(wheel_next_deadline(&wheel), 5, "the next deadline sees a logged restart to an earlier time");
+  tap_ok(wheel_check(&wheel) == NULL, "invariants hold after a full log was applied");
+}
+
 int main(void) {
   const char *env_steps = getenv("UVTW_MODEL_STEPS");
   const char *env_seed = getenv("UVTW_MODEL_SEED");
@@ -391,6 +473,7 @@ int main(void) {
   uint64_t seed = env_seed ? strtoull(env_seed, NULL, 10) : 0x5eed;
 
   test_basics();
+  test_restart_log();
 
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -85,10 +85,13 @@ static inline void list_splice_tail(wheel_entry_t *to, wheel_entry_t *from) {
 
 /* The first tick of slot `slot` of `level` in the window that holds `now`. */
 static inline uint64_t slot_start(uint64_t now, unsigned level, unsigned slot) {
-  unsigned window_shift = (level + 1) * WHEEL_LEVEL_BITS;
+  unsigned window_shift = level == 0 ? WHEEL_L0_BITS : level_shift(level) + WHEEL_LEVEL_BITS;
   uint64_t window = window_shift >= 64 ? 0 : (now >> window_shift) << window_shift;
-  return window | ((uint64_t)slot << (level * WHEEL_LEVEL_BITS));
+  return window | ((uint64_t)slot << level_shift(level));
 }
+
+_Static_assert(WHEEL_L0_WORDS >= 1 && WHEEL_L0_WORDS <= 64, "level 0's summary is one word");
+_Static_assert(WHEEL_DUE_ROW < 32, "level_mask has a bit per level");
 
 static inline unsigned first_bit(uint64_t bits) {
   return (unsigned)__builtin_ctzll(bits);
@@ -106,9 +109,12 @@ void wheel_init(wheel_t *w, uint64_t now) {
   w->log_len = 0;
   for (unsigned k = 0; k <= WHEEL_DUE_ROW; k++)
     w->occupied[k] = 0;
+  w->occupied0_summary = 0;
+  for (unsigned k = 0; k < WHEEL_L0_WORDS; k++)
+    w->occupied0[k] = 0;
   list_init(&w->due_old);
   list_init(&w->firing);
-  for (size_t i = 0; i < (WHEEL_DUE_ROW + 1) * WHEEL_SLOTS; i++)
+  for (size_t i = 0; i < WHEEL_SENTINELS; i++)
     list_init(&w->slots[i]);
 }
 
@@ -127,13 +133,21 @@ static bool has_due(const wheel_t *w) {
 
 /* The lowest level's first occupied slot (level_mask has no bit for the
  * due row, which mark_slot_empty may clear but nothing sets). */
-static const wheel_entry_t *earliest_slot(const wheel_t *w, unsigned *level_out) {
+static const wheel_entry_t *earliest_slot(const wheel_t *w, unsigned *level_out,
+                                          unsigned *slot_out) {
   if (w->level_mask == 0)
     return NULL;
   unsigned level = first_bit(w->level_mask);
-  unsigned slot = first_bit(w->occupied[level]);
+  unsigned slot;
+  if (level == 0) {
+    unsigned word = first_bit(w->occupied0_summary);
+    slot = word * 64 + first_bit(w->occupied0[word]);
+  } else {
+    slot = first_bit(w->occupied[level]);
+  }
   *level_out = level;
-  return &w->slots[level * WHEEL_SLOTS + slot];
+  *slot_out = slot;
+  return &w->slots[slot_index(level, slot)];
 }
 
 void wheel_flush(wheel_t *w) {
@@ -161,8 +175,8 @@ uint64_t wheel_next_deadline(wheel_t *w) {
   wheel_sync(w);
   if (!list_empty(&w->firing) || has_due(w))
     return w->now; /* already due */
-  unsigned level;
-  const wheel_entry_t *head = earliest_slot(w, &level);
+  unsigned level, slot;
+  const wheel_entry_t *head = earliest_slot(w, &level, &slot);
   return head ? head->deadline : UINT64_MAX;
 }
 
@@ -170,8 +184,8 @@ uint64_t wheel_next_deadline_exact(wheel_t *w) {
   wheel_sync(w);
   if (!list_empty(&w->firing) || has_due(w))
     return w->now;
-  unsigned level;
-  const wheel_entry_t *head = earliest_slot(w, &level);
+  unsigned level, slot;
+  const wheel_entry_t *head = earliest_slot(w, &level, &slot);
   if (head == NULL)
     return UINT64_MAX;
   if (level == 0)
@@ -280,7 +294,7 @@ static void take_due(wheel_t *w) {
   while (rotated != 0) {
     unsigned bucket = (first_bit(rotated) + oldest) & (WHEEL_SLOTS - 1);
     rotated &= rotated - 1;
-    list_splice_tail(&w->firing, &w->slots[WHEEL_DUE_ROW * WHEEL_SLOTS + bucket]);
+    list_splice_tail(&w->firing, &w->slots[WHEEL_ROW_BASE(WHEEL_DUE_ROW) + bucket]);
   }
   w->occupied[WHEEL_DUE_ROW] = 0;
 }
@@ -294,11 +308,11 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
   w->due_limit = now;
   fired += fire_list(w, fire, ctx);
 
-  unsigned level;
+  unsigned level, slot;
   const wheel_entry_t *found;
-  while ((found = earliest_slot(w, &level)) != NULL) {
+  while ((found = earliest_slot(w, &level, &slot)) != NULL) {
     size_t index = (size_t)(found - w->slots);
-    uint64_t start = slot_start(w->now, level, (unsigned)(index % WHEEL_SLOTS));
+    uint64_t start = slot_start(w->now, level, slot);
     if (start > now)
       break;
     w->now = start;
@@ -319,10 +333,18 @@ void wheel_clear(wheel_t *w, wheel_fire_fn drop, void *ctx) {
   wheel_sync(w);
   take_due(w);
   /* Within a level, slot order is time order (no wrap); levels ascend. */
-  for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
+  for (unsigned word = 0; word < WHEEL_L0_WORDS; word++) {
+    while (w->occupied0[word] != 0) {
+      unsigned slot = word * 64 + first_bit(w->occupied0[word]);
+      list_splice_tail(&w->firing, &w->slots[slot]);
+      w->occupied0[word] &= w->occupied0[word] - 1;
+    }
+  }
+  w->occupied0_summary = 0;
+  for (unsigned level = 1; level < WHEEL_LEVELS; level++) {
     while (w->occupied[level] != 0) {
       unsigned slot = first_bit(w->occupied[level]);
-      list_splice_tail(&w->firing, &w->slots[level * WHEEL_SLOTS + slot]);
+      list_splice_tail(&w->firing, &w->slots[slot_index(level, slot)]);
       w->occupied[level] &= w->occupied[level] - 1;
     }
   }
@@ -351,7 +373,7 @@ static bool logged(const wheel_t *w, const wheel_entry_t *e) {
   return false;
 }
 
-const char *wheel_check(const wheel_t *w) {
+const char *wheel_check(const wheel_t *w, bool every_slot) {
   uint64_t seen = 0;
   uint32_t levels = 0;
   if (w->due_limit < w->now)
@@ -369,10 +391,25 @@ const char *wheel_check(const wheel_t *w) {
     if (e->deadline != w->log[last].deadline)
       return "an entry's deadline is not its last logged restart's";
   }
+  if (w->occupied[0] != 0)
+    return "the unused row-0 bitmap is set";
+  for (unsigned word = 0; word < WHEEL_L0_WORDS; word++)
+    if ((w->occupied0[word] != 0) != ((w->occupied0_summary >> word) & 1))
+      return "level 0's summary disagrees with its bitmap";
+  if (WHEEL_L0_WORDS < 64 && (w->occupied0_summary >> (WHEEL_L0_WORDS % 64)) != 0)
+    return "level 0's summary has bits past its words";
   for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
-    for (unsigned slot = 0; slot < WHEEL_SLOTS; slot++) {
-      const wheel_entry_t *head = &w->slots[level * WHEEL_SLOTS + slot];
-      bool bit = (w->occupied[level] >> slot) & 1;
+    unsigned slots = level == 0 ? WHEEL_L0_SLOTS : WHEEL_SLOTS;
+    for (unsigned slot = 0; slot < slots; slot++) {
+      const uint64_t *word = level == 0 ? &w->occupied0[slot / 64] : &w->occupied[level];
+      if (!every_slot && slot % 64 == 0 && *word == 0) {
+        slot += 63; /* a clear word: its slots are left to the count */
+        continue;
+      }
+      const wheel_entry_t *head = &w->slots[slot_index(level, slot)];
+      bool bit = (*word >> (slot % 64)) & 1;
+      if (!bit && (!every_slot || (head->next == head && head->prev == head)))
+        continue;
       int64_t n = check_list(head, w->count);
       if (n < 0)
         return "broken links in a slot list";
@@ -401,7 +438,7 @@ const char *wheel_check(const wheel_t *w) {
     return "level mask disagrees with the occupancy bitmaps";
 
   for (unsigned bucket = 0; bucket < WHEEL_SLOTS; bucket++) {
-    const wheel_entry_t *head = &w->slots[WHEEL_DUE_ROW * WHEEL_SLOTS + bucket];
+    const wheel_entry_t *head = &w->slots[WHEEL_ROW_BASE(WHEEL_DUE_ROW) + bucket];
     int64_t n = check_list(head, w->count);
     if (n < 0)
       return "broken links in a due bucket";

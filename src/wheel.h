@@ -10,11 +10,20 @@
 
 #include "uvtw.h" /* struct uvtw__entry_s: the intrusive node lives in uvtw_timer_t */
 
+/* Level 0 is wide: one slot per tick for 2^12 ticks (4.1 s at 1 ms), so
+ * the common short timeouts are filed at their exact deadline and never
+ * cascade. Each level above has 64 slots. */
+#define WHEEL_L0_BITS 12
+#define WHEEL_L0_SLOTS (1u << WHEEL_L0_BITS)
+#define WHEEL_L0_WORDS (WHEEL_L0_SLOTS / 64) /* occupancy words; <= 64 for the summary */
 #define WHEEL_LEVEL_BITS 6
-#define WHEEL_SLOTS 64 /* per level */
-#define WHEEL_LEVELS 11 /* 11 * 6 = 66 bits >= 64: every deadline has a level */
-/* After the levels, one more row of 64 sentinels: the due buckets. */
+#define WHEEL_SLOTS 64 /* per upper level, and due buckets */
+/* 12 + 9 * 6 = 66 bits >= 64: every deadline has a level. */
+#define WHEEL_LEVELS (1 + (64 - WHEEL_L0_BITS + WHEEL_LEVEL_BITS - 1) / WHEEL_LEVEL_BITS)
+/* Rows of 64 sentinels after level 0: upper levels 1.., then the due buckets. */
 #define WHEEL_DUE_ROW WHEEL_LEVELS
+#define WHEEL_ROW_BASE(row) (WHEEL_L0_SLOTS + ((row) - 1) * WHEEL_SLOTS) /* row >= 1 */
+#define WHEEL_SENTINELS (WHEEL_L0_SLOTS + WHEEL_LEVELS * WHEEL_SLOTS)
 
 typedef struct uvtw__entry_s wheel_entry_t;
 
@@ -33,17 +42,20 @@ typedef struct wheel_s {
   uint64_t now;          /* the wheel's time: every deadline <= now has been handed out */
   uint64_t due_limit;    /* an insert with deadline <= due_limit is due: handed out next pass */
   uint64_t count;        /* entries held (slots + due + firing) */
-  uint32_t level_mask;   /* bit k set iff occupied[k] != 0 */
+  uint32_t level_mask;   /* bit k set iff level k holds an entry */
   bool due_old_unsorted; /* `due_old` may be out of deadline order */
   uint64_t cascaded;     /* entries moved down a level, for stats */
   uint32_t log_len;      /* restarts logged, not yet applied */
-  uint64_t occupied[WHEEL_LEVELS + 1]; /* [WHEEL_DUE_ROW]: the due buckets */
+  uint64_t occupied0_summary;          /* bit i set iff occupied0[i] != 0 */
+  uint64_t occupied0[WHEEL_L0_WORDS];  /* level 0, a bit per slot */
+  uint64_t occupied[WHEEL_LEVELS + 1]; /* [1..]: upper levels; [WHEEL_DUE_ROW]: due buckets */
   wheel_entry_t due_old; /* due entries more than 63 ticks before due_limit */
   wheel_entry_t firing;  /* entries being handed out by the current pass */
-  /* One sentinel per slot; a sentinel's `deadline` is the slot's minimum
-   * deadline (exact after inserts, a lower bound after removals). The last
-   * row holds due entries within 63 ticks of due_limit, by deadline & 63. */
-  wheel_entry_t slots[(WHEEL_LEVELS + 1) * WHEEL_SLOTS];
+  /* One sentinel per slot: level 0's, then a row of 64 per upper level; a
+   * sentinel's `deadline` is the slot's minimum deadline (exact after
+   * inserts, a lower bound after removals). The last row holds due entries
+   * within 63 ticks of due_limit, by deadline & 63. */
+  wheel_entry_t slots[WHEEL_SENTINELS];
   wheel_log_t log[WHEEL_LOG]; /* restarts in call order, oldest first */
 } wheel_t;
 
@@ -85,8 +97,10 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx);
 void wheel_clear(wheel_t *w, wheel_fire_fn drop, void *ctx);
 
 /* Verifies every invariant (lists, bitmaps, slot minimums, levels, count).
- * Returns NULL if all hold, else a description of the first broken one. */
-const char *wheel_check(const wheel_t *w);
+ * Returns NULL if all hold, else a description of the first broken one.
+ * Without `every_slot`, slots whose bitmap bit is clear are not visited:
+ * an entry hidden in one still shows, as a count the walk falls short of. */
+const char *wheel_check(const wheel_t *w, bool every_slot);
 
 /* ---- The O(1) operations, inline: they are the hot path of every timer
  * start, stop and restart. wheel.c explains the layout they maintain. ---- */
@@ -117,30 +131,62 @@ static inline void list_unlink(wheel_entry_t *entry) {
 
 static inline unsigned level_of(uint64_t deadline, uint64_t now) {
   assert(deadline != now);
-  return (unsigned)(63 - __builtin_clzll(deadline ^ now)) / WHEEL_LEVEL_BITS;
+  unsigned top = (unsigned)(63 - __builtin_clzll(deadline ^ now));
+  return top < WHEEL_L0_BITS ? 0 : 1 + (top - WHEEL_L0_BITS) / WHEEL_LEVEL_BITS;
+}
+
+/* The lowest deadline bit that selects a slot of `level`. */
+static inline unsigned level_shift(unsigned level) {
+  return level == 0 ? 0 : WHEEL_L0_BITS + (level - 1) * WHEEL_LEVEL_BITS;
 }
 
 static inline unsigned slot_of(uint64_t deadline, unsigned level) {
-  return (unsigned)(deadline >> (level * WHEEL_LEVEL_BITS)) & (WHEEL_SLOTS - 1);
+  if (level == 0)
+    return (unsigned)deadline & (WHEEL_L0_SLOTS - 1);
+  return (unsigned)(deadline >> level_shift(level)) & (WHEEL_SLOTS - 1);
+}
+
+/* The index in w->slots of a slot (or, with WHEEL_DUE_ROW, a due bucket). */
+static inline size_t slot_index(unsigned level, unsigned slot) {
+  return level == 0 ? slot : WHEEL_ROW_BASE(level) + slot;
 }
 
 /* Clears the bit of a slot (or due bucket) whose list became empty. */
 static inline void mark_slot_empty(wheel_t *w, size_t index) {
-  unsigned level = (unsigned)(index / WHEEL_SLOTS);
-  w->occupied[level] &= ~(UINT64_C(1) << (index % WHEEL_SLOTS));
-  if (w->occupied[level] == 0)
-    w->level_mask &= ~(UINT32_C(1) << level);
+  if (index < WHEEL_L0_SLOTS) {
+    size_t word = index / 64;
+    w->occupied0[word] &= ~(UINT64_C(1) << (index % 64));
+    if (w->occupied0[word] == 0) {
+      w->occupied0_summary &= ~(UINT64_C(1) << word);
+      if (w->occupied0_summary == 0)
+        w->level_mask &= ~UINT32_C(1);
+    }
+    return;
+  }
+  unsigned row = 1 + (unsigned)((index - WHEEL_L0_SLOTS) / WHEEL_SLOTS);
+  w->occupied[row] &= ~(UINT64_C(1) << ((index - WHEEL_L0_SLOTS) % WHEEL_SLOTS));
+  if (w->occupied[row] == 0)
+    w->level_mask &= ~(UINT32_C(1) << row);
+}
+
+static inline void mark_slot_used(wheel_t *w, unsigned level, unsigned slot) {
+  if (level == 0) {
+    w->occupied0[slot / 64] |= UINT64_C(1) << (slot % 64);
+    w->occupied0_summary |= UINT64_C(1) << (slot / 64);
+  } else {
+    w->occupied[level] |= UINT64_C(1) << slot;
+  }
+  w->level_mask |= UINT32_C(1) << level;
 }
 
 /* Files an entry with deadline > w->now into its slot. */
 static inline void file_entry(wheel_t *w, wheel_entry_t *entry) {
   unsigned level = level_of(entry->deadline, w->now);
   unsigned slot = slot_of(entry->deadline, level);
-  wheel_entry_t *head = &w->slots[level * WHEEL_SLOTS + slot];
+  wheel_entry_t *head = &w->slots[slot_index(level, slot)];
   if (list_empty(head)) {
     head->deadline = entry->deadline;
-    w->occupied[level] |= UINT64_C(1) << slot;
-    w->level_mask |= UINT32_C(1) << level;
+    mark_slot_used(w, level, slot);
   } else if (entry->deadline < head->deadline) {
     head->deadline = entry->deadline;
   }
@@ -152,7 +198,7 @@ static inline void insert_due(wheel_t *w, wheel_entry_t *entry) {
   if (w->due_limit - deadline < WHEEL_SLOTS) {
     unsigned bucket = (unsigned)(deadline & (WHEEL_SLOTS - 1));
     w->occupied[WHEEL_DUE_ROW] |= UINT64_C(1) << bucket;
-    list_append(&w->slots[WHEEL_DUE_ROW * WHEEL_SLOTS + bucket], entry);
+    list_append(&w->slots[WHEEL_ROW_BASE(WHEEL_DUE_ROW) + bucket], entry);
     return;
   }
   if (!list_empty(&w->due_old) && w->due_old.prev->deadline > deadline)
@@ -160,11 +206,9 @@ static inline void insert_due(wheel_t *w, wheel_entry_t *entry) {
   list_append(&w->due_old, entry);
 }
 
-/* Files `entry` (not in any wheel) to fire at `deadline`. O(1), except that
- * an entry more than 63 ticks overdue may later cost a share of a sort. */
-static inline void wheel_insert(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
-  assert(!wheel_entry_linked(entry));
-  wheel_sync(w);
+/* wheel_insert without applying the log first: only when it is empty. */
+static inline void wheel_insert_now(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
+  assert(w->log_len == 0);
   entry->deadline = deadline;
   w->count++;
   if (deadline <= w->due_limit)
@@ -173,9 +217,17 @@ static inline void wheel_insert(wheel_t *w, wheel_entry_t *entry, uint64_t deadl
     file_entry(w, entry);
 }
 
-/* Takes `entry` out of the wheel. O(1). It must be in this wheel. */
-static inline void wheel_remove(wheel_t *w, wheel_entry_t *entry) {
+/* Files `entry` (not in any wheel) to fire at `deadline`. O(1), except that
+ * an entry more than 63 ticks overdue may later cost a share of a sort. */
+static inline void wheel_insert(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
+  assert(!wheel_entry_linked(entry));
   wheel_sync(w);
+  wheel_insert_now(w, entry, deadline);
+}
+
+/* wheel_remove without applying the log first: only when it is empty. */
+static inline void wheel_remove_now(wheel_t *w, wheel_entry_t *entry) {
+  assert(w->log_len == 0);
   wheel_entry_t *next = entry->next;
   wheel_entry_t *prev = entry->prev;
   assert(next != NULL);
@@ -187,6 +239,12 @@ static inline void wheel_remove(wheel_t *w, wheel_entry_t *entry) {
     if (offset < sizeof w->slots)
       mark_slot_empty(w, offset / sizeof(wheel_entry_t));
   }
+}
+
+/* Takes `entry` out of the wheel. O(1). It must be in this wheel. */
+static inline void wheel_remove(wheel_t *w, wheel_entry_t *entry) {
+  wheel_sync(w);
+  wheel_remove_now(w, entry);
 }
 
 /* Re-files `entry`, which is in this wheel, to fire at `deadline`: a remove
@@ -226,6 +284,11 @@ static inline void wheel_restart(wheel_t *w, wheel_entry_t *entry, uint64_t dead
   record->deadline = deadline;
   if (++w->log_len == WHEEL_LOG)
     wheel_flush(w);
+}
+
+/* Whether the next wheel_restart will not apply the log (no call made). */
+static inline bool wheel_restart_is_logged_only(const wheel_t *w) {
+  return w->log_len < WHEEL_LOG - 1;
 }
 
 #endif

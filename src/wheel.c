@@ -1,41 +1,49 @@
 /* The pure hierarchical timing wheel.
  *
  * Time is a count of ticks (uint64_t). The wheel has its own time `now`:
- * every entry with a deadline <= now has been handed out. An entry with
- * deadline d > now is filed by the most significant bit in which d and now
- * differ:
+ * every entry with a deadline <= now has been handed out. Time is cut into
+ * blocks of 2^11 ticks; the horizon H is the start of the block after
+ * now's. An entry with deadline d > now goes to
  *
- *     level = (63 - clz(d ^ now)) / 6        slot = (d >> 6 * level) & 63
+ * - level 0, a ring of 4096 one-tick slots (slot = d & 4095), if d falls in
+ *   now's block or the next one (d < H + 2048): filed at its exact deadline;
+ * - else the upper level of the highest bit in which d and H differ, 64
+ *   slots per level:
  *
- * so level k holds the deadlines that share now's digits above k and differ
- * in digit k. With a 1 ms tick:
+ *     level = 1 + (63 - clz(d ^ H) - 11) / 6    slot = (d >> (11 + 6 * (level - 1))) & 63
  *
- *     level  slot width   covers up to (from now)
- *       0      1 ms         64 ms
- *       1     64 ms          4.1 s
- *       2      4.1 s         4.4 min
- *       3      4.4 min       4.7 h
- *       4      4.7 h        12.4 days
- *       5     12.4 days      2.2 years
- *      6-10   ...           2^64 ticks (the last level has 4 live bits)
+ * With a 1 ms tick:
  *
- * Consequences the code relies on:
- * - An occupied slot at level k always lies after now's own digit k, inside
- *   the same 64^(k+1)-aligned window: a level never wraps.
- * - Every level-k deadline is smaller than every level-(k+1) deadline, so the
- *   lowest occupied level holds the earliest entry, in its first occupied
- *   slot (a bitmap per level and a count-trailing-zeros find it). At level 0
- *   a slot holds exactly one deadline; above, the slot's sentinel remembers
- *   the smallest deadline inserted (after removals only a lower bound).
- * - Moving now forward to a time before an occupied slot's start does not
- *   change which slot any entry belongs in, so time can jump.
+ *     level  slot width   holds deadlines up to (from now)
+ *       0      1 ms         2 to 4 s (the rest of this block, and the next)
+ *       1      2 s          2.2 min
+ *       2      2.2 min      2.4 h
+ *       3      2.4 h        6.2 days
+ *      4-9    ...           2^64 ticks (the last level has 5 live bits)
  *
- * Advancing to a time T repeatedly takes the earliest occupied slot whose
- * start is <= T, sets now to that start, and either hands out its entries
- * (level 0: their deadline is now) or files each again relative to the new
- * now, where it lands on a lower level (or is due, if its deadline is the
- * slot's start). Nothing is handed out before its deadline and a cascade
- * loses no precision: deadlines are exact, only the filing changes.
+ * So the timeouts servers use most (request and idle timeouts of a few
+ * seconds) never cascade at all: no entry is walked between its insert and
+ * its callback. Consequences the code relies on:
+ * - An occupied upper slot at level k lies after H's own digit k, inside the
+ *   same window as H: a level never wraps, and every level-k deadline is
+ *   smaller than every level-(k+1) one. Every ring deadline is smaller than
+ *   every upper one. So the earliest entry is in the ring's first occupied
+ *   slot from now on (circularly), else in the lowest occupied upper level's
+ *   first slot (bitmaps and count-trailing-zeros find both). A ring slot
+ *   holds exactly one deadline; an upper slot's sentinel remembers the
+ *   smallest deadline inserted (after removals only a lower bound).
+ * - Moving now (and so H) forward to a time before an occupied upper slot's
+ *   start does not change which slot any entry belongs in: time can jump.
+ *
+ * Advancing to a time T repeatedly takes the earlier of two events, if it is
+ * <= T: the ring's earliest slot, whose entries are handed out at their
+ * deadline; or the earliest upper slot, which is cascaded when the block
+ * before it begins (when H reaches its start; on a tie, before the ring
+ * slot): now is set there and each entry is filed again relative to it,
+ * landing on the ring or a lower level. Nothing is handed out before its
+ * deadline and a cascade loses no precision: deadlines are exact, only the
+ * filing changes. Cascading a block ahead means an upper slot's entries are
+ * in the ring before anything can be inserted there directly.
  *
  * FIFO among equal deadlines: entries are appended at a slot's tail and
  * cascaded in list order, always relative to the wheel's own now. Of two
@@ -83,10 +91,12 @@ static inline void list_splice_tail(wheel_entry_t *to, wheel_entry_t *from) {
 
 
 
-/* The first tick of slot `slot` of `level` in the window that holds `now`. */
-static inline uint64_t slot_start(uint64_t now, unsigned level, unsigned slot) {
-  unsigned window_shift = level == 0 ? WHEEL_L0_BITS : level_shift(level) + WHEEL_LEVEL_BITS;
-  uint64_t window = window_shift >= 64 ? 0 : (now >> window_shift) << window_shift;
+/* The first tick of slot `slot` of upper level `level`, in the window that
+ * holds the horizon (the start of the block after now's). */
+static inline uint64_t slot_start(uint64_t horizon, unsigned level, unsigned slot) {
+  assert(level >= 1);
+  unsigned window_shift = level_shift(level) + WHEEL_LEVEL_BITS;
+  uint64_t window = window_shift >= 64 ? 0 : (horizon >> window_shift) << window_shift;
   return window | ((uint64_t)slot << level_shift(level));
 }
 
@@ -131,23 +141,49 @@ static bool has_due(const wheel_t *w) {
 
 
 
-/* The lowest level's first occupied slot (level_mask has no bit for the
- * due row, which mark_slot_empty may clear but nothing sets). */
+/* The ring's earliest slot: its entries lie in [now, block_of(now) + ring
+ * size), so the first occupied index from now on, circularly. (An entry at
+ * now itself exists only inside wheel_advance, after a cascade at that same
+ * tick.) The ring must not be empty. */
+static unsigned ring_first(const wheel_t *w) {
+  assert(w->occupied0_summary != 0);
+  unsigned from = (unsigned)(w->now & (WHEEL_L0_SLOTS - 1));
+  unsigned word = from / 64;
+  uint64_t bits = w->occupied0[word] & (~UINT64_C(0) << (from % 64));
+  if (bits != 0)
+    return word * 64 + first_bit(bits);
+  uint64_t later = word + 1 >= 64 ? 0 : w->occupied0_summary & (~UINT64_C(0) << (word + 1));
+  /* Nothing at or after `from`: the lowest occupied index comes next. */
+  unsigned found = first_bit(later != 0 ? later : w->occupied0_summary);
+  return found * 64 + first_bit(w->occupied0[found]);
+}
+
+/* The lowest upper level's first occupied slot, if any. */
+static bool upper_first(const wheel_t *w, unsigned *level_out, unsigned *slot_out) {
+  uint32_t upper = w->level_mask & ~UINT32_C(1);
+  *level_out = *slot_out = 0;
+  if (upper == 0)
+    return false;
+  *level_out = first_bit(upper);
+  *slot_out = first_bit(w->occupied[*level_out]);
+  return true;
+}
+
+/* The slot holding the earliest entries: the ring's first, else the lowest
+ * upper level's first (every ring deadline precedes every upper one). The
+ * due row has no bit in level_mask: mark_slot_empty may clear one, but
+ * nothing sets it. */
 static const wheel_entry_t *earliest_slot(const wheel_t *w, unsigned *level_out,
                                           unsigned *slot_out) {
   if (w->level_mask == 0)
     return NULL;
-  unsigned level = first_bit(w->level_mask);
-  unsigned slot;
-  if (level == 0) {
-    unsigned word = first_bit(w->occupied0_summary);
-    slot = word * 64 + first_bit(w->occupied0[word]);
+  if (w->level_mask & 1) {
+    *level_out = 0;
+    *slot_out = ring_first(w);
   } else {
-    slot = first_bit(w->occupied[level]);
+    upper_first(w, level_out, slot_out);
   }
-  *level_out = level;
-  *slot_out = slot;
-  return &w->slots[slot_index(level, slot)];
+  return &w->slots[slot_index(*level_out, *slot_out)];
 }
 
 void wheel_flush(wheel_t *w) {
@@ -175,7 +211,7 @@ uint64_t wheel_next_deadline(wheel_t *w) {
   wheel_sync(w);
   if (!list_empty(&w->firing) || has_due(w))
     return w->now; /* already due */
-  unsigned level, slot;
+  unsigned level = 0, slot = 0;
   const wheel_entry_t *head = earliest_slot(w, &level, &slot);
   return head ? head->deadline : UINT64_MAX;
 }
@@ -184,7 +220,7 @@ uint64_t wheel_next_deadline_exact(wheel_t *w) {
   wheel_sync(w);
   if (!list_empty(&w->firing) || has_due(w))
     return w->now;
-  unsigned level, slot;
+  unsigned level = 0, slot = 0;
   const wheel_entry_t *head = earliest_slot(w, &level, &slot);
   if (head == NULL)
     return UINT64_MAX;
@@ -223,12 +259,8 @@ static void cascade(wheel_t *w, wheel_entry_t *head) {
   while (entry != NULL) {
     wheel_entry_t *next = entry->next;
     entry->next = NULL;
-    if (entry->deadline == w->now) {
-      list_append(&w->firing, entry);
-    } else {
-      file_entry(w, entry);
-      w->cascaded++;
-    }
+    file_entry(w, entry); /* its deadline is at least a block away */
+    w->cascaded++;
     entry = next;
   }
 }
@@ -308,21 +340,37 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
   w->due_limit = now;
   fired += fire_list(w, fire, ctx);
 
-  unsigned level, slot;
-  const wheel_entry_t *found;
-  while ((found = earliest_slot(w, &level, &slot)) != NULL) {
-    size_t index = (size_t)(found - w->slots);
-    uint64_t start = slot_start(w->now, level, slot);
-    if (start > now)
+  /* In time order: fire the ring's earliest slot at its deadline, or
+   * cascade the earliest upper slot when the block before it begins (when
+   * the horizon reaches it), whichever comes first. */
+  for (;;) {
+    uint64_t ring_at = UINT64_MAX, upper_at = UINT64_MAX;
+    unsigned ring_slot = 0, level = 0, slot = 0;
+    bool ring = (w->level_mask & 1) != 0;
+    bool upper = upper_first(w, &level, &slot);
+    if (ring) {
+      ring_slot = ring_first(w);
+      ring_at = w->slots[ring_slot].deadline;
+    }
+    if (upper)
+      upper_at = slot_start(block_of(w->now) + WHEEL_BLOCK, level, slot) - WHEEL_BLOCK;
+    /* On a tie, cascade first: once now reaches upper_at, inserts file
+     * that block in the ring, behind entries still waiting above. */
+    if (ring && ring_at < upper_at) {
+      if (ring_at > now)
+        break;
+      w->now = ring_at;
+      mark_slot_empty(w, ring_slot);
+      list_splice_tail(&w->firing, &w->slots[ring_slot]);
+      fired += fire_list(w, fire, ctx);
+    } else if (upper && upper_at <= now) {
+      w->now = upper_at;
+      size_t index = slot_index(level, slot);
+      mark_slot_empty(w, index);
+      cascade(w, &w->slots[index]);
+    } else {
       break;
-    w->now = start;
-    wheel_entry_t *head = &w->slots[index];
-    mark_slot_empty(w, index);
-    if (level == 0)
-      list_splice_tail(&w->firing, head);
-    else
-      cascade(w, head);
-    fired += fire_list(w, fire, ctx);
+    }
   }
 
   w->now = now;

@@ -10,16 +10,18 @@
 
 #include "uvtw.h" /* struct uvtw__entry_s: the intrusive node lives in uvtw_timer_t */
 
-/* Level 0 is wide: one slot per tick for 2^12 ticks (4.1 s at 1 ms), so
- * the common short timeouts are filed at their exact deadline and never
- * cascade. Each level above has 64 slots. */
-#define WHEEL_L0_BITS 12
-#define WHEEL_L0_SLOTS (1u << WHEEL_L0_BITS)
+/* Level 0 is a ring of one slot per tick covering two blocks of 2^11 ticks
+ * (2.048 s at 1 ms): the block holding now and the next one. Timeouts up to
+ * 2 to 4 s are filed at their exact deadline and never cascade, and the
+ * upper levels, 64 slots each, are kept one block ahead of now. See wheel.c. */
+#define WHEEL_BLOCK_BITS 11
+#define WHEEL_BLOCK (UINT64_C(1) << WHEEL_BLOCK_BITS)
+#define WHEEL_L0_SLOTS (2u << WHEEL_BLOCK_BITS)
 #define WHEEL_L0_WORDS (WHEEL_L0_SLOTS / 64) /* occupancy words; <= 64 for the summary */
 #define WHEEL_LEVEL_BITS 6
 #define WHEEL_SLOTS 64 /* per upper level, and due buckets */
-/* 12 + 9 * 6 = 66 bits >= 64: every deadline has a level. */
-#define WHEEL_LEVELS (1 + (64 - WHEEL_L0_BITS + WHEEL_LEVEL_BITS - 1) / WHEEL_LEVEL_BITS)
+/* 11 + 9 * 6 = 65 bits >= 64: every deadline has a level. */
+#define WHEEL_LEVELS (1 + (64 - WHEEL_BLOCK_BITS + WHEEL_LEVEL_BITS - 1) / WHEEL_LEVEL_BITS)
 /* Rows of 64 sentinels after level 0: upper levels 1.., then the due buckets. */
 #define WHEEL_DUE_ROW WHEEL_LEVELS
 #define WHEEL_ROW_BASE(row) (WHEEL_L0_SLOTS + ((row) - 1) * WHEEL_SLOTS) /* row >= 1 */
@@ -129,15 +131,27 @@ static inline void list_unlink(wheel_entry_t *entry) {
   entry->prev = NULL;
 }
 
-static inline unsigned level_of(uint64_t deadline, uint64_t now) {
-  assert(deadline != now);
-  unsigned top = (unsigned)(63 - __builtin_clzll(deadline ^ now));
-  return top < WHEEL_L0_BITS ? 0 : 1 + (top - WHEEL_L0_BITS) / WHEEL_LEVEL_BITS;
+/* The first tick of the block that holds `now`. */
+static inline uint64_t block_of(uint64_t now) {
+  return now & ~(WHEEL_BLOCK - 1);
 }
 
 /* The lowest deadline bit that selects a slot of `level`. */
 static inline unsigned level_shift(unsigned level) {
-  return level == 0 ? 0 : WHEEL_L0_BITS + (level - 1) * WHEEL_LEVEL_BITS;
+  return level == 0 ? 0 : WHEEL_BLOCK_BITS + (level - 1) * WHEEL_LEVEL_BITS;
+}
+
+/* The level of a deadline > now: the ring if it falls in now's block or the
+ * next, else the upper level of the highest bit in which it differs from
+ * the horizon, the start of the next block (which cannot overflow then). */
+static inline unsigned level_of(uint64_t deadline, uint64_t now) {
+  assert(deadline > now);
+  uint64_t base = block_of(now);
+  if (deadline - base < WHEEL_L0_SLOTS)
+    return 0;
+  unsigned top = (unsigned)(63 - __builtin_clzll(deadline ^ (base + WHEEL_BLOCK)));
+  assert(top >= WHEEL_BLOCK_BITS);
+  return 1 + (top - WHEEL_BLOCK_BITS) / WHEEL_LEVEL_BITS;
 }
 
 static inline unsigned slot_of(uint64_t deadline, unsigned level) {

@@ -117,6 +117,7 @@ void wheel_init(wheel_t *w, uint64_t now) {
   w->due_old_unsorted = false;
   w->cascaded = 0;
   w->log_len = 0;
+  w->warmed = 0;
   for (unsigned k = 0; k <= WHEEL_DUE_ROW; k++)
     w->occupied[k] = 0;
   w->occupied0_summary = 0;
@@ -331,6 +332,59 @@ static void take_due(wheel_t *w) {
   w->occupied[WHEEL_DUE_ROW] = 0;
 }
 
+/* Before the ring slot at `at` fires: unless it was already walked, walks
+ * the lists of the next K occupied ring slots from `at` on, in step, so
+ * that their entries are in cache when they fire. A list is a chain of
+ * dependent cache misses (about 140 ns each at 10^6 timers on the machine
+ * the benchmarks ran on); K chains walked in step overlap K misses. Runs
+ * inside a pass, where no callback can change the lists under it. Measured
+ * on expire at 10^6: 226 -> about 130 ns per fire with K = 8 (K = 4 about
+ * the same, K = 16 worse, 160-220: the batch outgrows what the cache keeps
+ * while the loop sleeps between its slots). */
+static void warm_ring(wheel_t *w, uint64_t at) {
+  enum { K = 8, MAX_ENTRIES = 65536 };
+  if (w->warmed > at)
+    return; /* still warm: batches of K slots give K chains to overlap */
+  uint64_t from = at;
+  uint64_t end = block_of(w->now) + WHEEL_L0_SLOTS; /* the ring's end */
+  wheel_entry_t *head[K], *cur[K];
+  unsigned lists = 0;
+  uint64_t t = from;
+  while (lists < K && t < end) {
+    unsigned index = (unsigned)(t & (WHEEL_L0_SLOTS - 1));
+    uint64_t bits = w->occupied0[index / 64] >> (index % 64);
+    if (bits == 0) {
+      t += 64 - index % 64;
+      continue;
+    }
+    t += (unsigned)__builtin_ctzll(bits);
+    if (t >= end)
+      break;
+    index = (unsigned)(t & (WHEEL_L0_SLOTS - 1));
+    head[lists] = &w->slots[index];
+    cur[lists] = head[lists]->next;
+    lists++;
+    t++;
+  }
+  w->warmed = t;
+  size_t walked = 0;
+  for (unsigned active = lists; active > 0 && walked < MAX_ENTRIES;) {
+    active = 0;
+    for (unsigned k = 0; k < lists; k++) {
+      if (cur[k] == head[k])
+        continue;
+      /* The step loads the line of `next`; an entry (and the timer around
+       * it) may straddle a line boundary, so the lines of `prev` and of the
+       * fields after the entry come too. */
+      __builtin_prefetch(&cur[k]->prev);
+      __builtin_prefetch((const char *)cur[k] + sizeof(wheel_entry_t) + 15);
+      cur[k] = cur[k]->next;
+      walked++;
+      active++;
+    }
+  }
+}
+
 size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
   size_t fired = 0;
   if (now < w->now)
@@ -359,6 +413,7 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
     if (ring && ring_at < upper_at) {
       if (ring_at > now)
         break;
+      warm_ring(w, ring_at);
       w->now = ring_at;
       mark_slot_empty(w, ring_slot);
       list_splice_tail(&w->firing, &w->slots[ring_slot]);

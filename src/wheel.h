@@ -48,6 +48,7 @@ typedef struct wheel_s {
   bool due_old_unsorted; /* `due_old` may be out of deadline order */
   uint64_t cascaded;     /* entries moved down a level, for stats */
   uint32_t log_len;      /* restarts logged, not yet applied */
+  uint64_t warmed;       /* ring slots before this tick were walked ahead of time */
   uint64_t occupied0_summary;          /* bit i set iff occupied0[i] != 0 */
   uint64_t occupied0[WHEEL_L0_WORDS];  /* level 0, a bit per slot */
   uint64_t occupied[WHEEL_LEVELS + 1]; /* [1..]: upper levels; [WHEEL_DUE_ROW]: due buckets */

@@ -92,7 +92,8 @@ struct uvtw_timer_s {
  * it in *out. Initializes one uv_timer_t and one (unreferenced) uv_async_t on
  * the loop. The calling thread must be the loop's thread.
  * Errors: loop or out NULL -> UV_EINVAL; no memory -> UV_ENOMEM; or the error
- * of uv_async_init. Cost: two allocations, about 19 KiB in all. */
+ * of uv_async_init. Cost: two allocations, about 113 KiB in all (mostly the
+ * 4096 one-tick slots of the wheel's ring). */
 UVTW_EXTERN int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **out);
 
 /* Closes the wheel. Pending timers become inactive and never fire. Every
@@ -117,7 +118,7 @@ UVTW_EXTERN void uvtw_wheel_unref(uvtw_wheel_t *wheel);
  * overdue, -1 if nothing is pending, INT64_MAX if the earliest entry is
  * further away than that (a saturated deadline never fires). Tasks still in
  * the cross-thread queue are not counted. Cost: O(levels) plus one scan of
- * the earliest upper-level slot. */
+ * the earliest upper-level slot, after applying up to 64 logged restarts. */
 UVTW_EXTERN int64_t uvtw_wheel_next_due(const uvtw_wheel_t *wheel);
 
 /* Copies the wheel's counters into *out. O(1). */
@@ -127,9 +128,10 @@ UVTW_EXTERN void uvtw_wheel_stats(const uvtw_wheel_t *wheel, uvtw_stats_t *out);
 UVTW_EXTERN const char *uvtw_version_string(void);
 
 /* ---- Loop-thread timers (mirror uv_timer_*) ---------------------------- */
-/* All are O(1) in the number of pending timers, allocate nothing, and may be
- * called from inside any wheel callback, on any timer including the one
- * firing. */
+/* All are O(1) in the number of pending timers (a restart of an active timer
+ * amortized: it is logged, and every 64th applies the batch), allocate
+ * nothing, and may be called from inside any wheel callback, on any timer
+ * including the one firing. */
 
 /* Binds `timer` to `wheel`, inactive. Leaves timer->data alone. */
 UVTW_EXTERN void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer);

@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -2321,6 +2322,94 @@ static void test_due_entry_not_delayed_by_later_start(void) {
   loop_finish(&loop, T);
 }
 
+/* Equal deadlines run in the order of the last (re)start, across the
+ * batches in which restarts are applied (64 at a time): 300 timers, first
+ * started in index order, are restarted in a shuffled order to one equal
+ * deadline; some are stopped meanwhile, some restarted twice; fresh starts
+ * to that deadline come after. */
+enum { RO_N = 300 };
+static uvtw_timer_t ro_timers[RO_N];
+static int ro_order[RO_N + 8], ro_fired;
+
+static void ro_cb(uvtw_timer_t *timer) {
+  if (ro_fired < RO_N + 8)
+    ro_order[ro_fired] = (int)(timer - ro_timers);
+  ro_fired++;
+}
+
+static void test_restart_order_equal_deadlines(void) {
+  const char *T = "restart order";
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel;
+  int expect[RO_N], n_expect = 0, perm[RO_N];
+  bool stopped[RO_N] = {false};
+
+  loop_open(&loop);
+  wheel = wheel_open(&loop, NULL, T);
+  if (!wheel) {
+    loop_finish(&loop, T);
+    return;
+  }
+  ro_fired = 0;
+  for (int i = 0; i < RO_N; i++) {
+    perm[i] = i;
+    uvtw_timer_init(wheel, &ro_timers[i]);
+  }
+  /* The last 20 are started only at the end, to the same deadline. */
+  for (int i = 0; i < RO_N - 20; i++)
+    uvtw_timer_start(&ro_timers[i], ro_cb, 30, 0);
+  uint32_t seed = 12345;
+  for (int i = RO_N - 21; i > 0; i--) { /* Fisher-Yates over the first 280 */
+    seed = seed * 1103515245u + 12345u;
+    int j = (int)((seed >> 8) % (uint32_t)(i + 1));
+    int tmp = perm[i];
+    perm[i] = perm[j];
+    perm[j] = tmp;
+  }
+  uv_update_time(&loop);
+  for (int k = 0; k < RO_N - 20; k++) {
+    int i = perm[k];
+    uvtw_timer_start(&ro_timers[i], ro_cb, 60, 0); /* to one equal deadline */
+    if (k % 7 == 3) { /* stop an earlier-restarted one: its record must go */
+      int victim = perm[k / 2];
+      if (!stopped[victim]) {
+        uvtw_timer_stop(&ro_timers[victim]);
+        stopped[victim] = true;
+      }
+    }
+  }
+  for (int k = 0; k < RO_N - 20; k += 9) { /* restarted twice: moves to the end */
+    int i = perm[k];
+    if (!stopped[i])
+      uvtw_timer_start(&ro_timers[i], ro_cb, 60, 0);
+  }
+  for (int i = RO_N - 20; i < RO_N; i++) /* fresh starts, after every restart */
+    uvtw_timer_start(&ro_timers[i], ro_cb, 60, 0);
+  /* The expected order: first restarts (minus the restarted-twice and the
+   * stopped), then the second restarts, then the fresh starts. */
+  for (int k = 0; k < RO_N - 20; k++)
+    if (!stopped[perm[k]] && k % 9 != 0)
+      expect[n_expect++] = perm[k];
+  for (int k = 0; k < RO_N - 20; k += 9)
+    if (!stopped[perm[k]])
+      expect[n_expect++] = perm[k];
+  for (int i = RO_N - 20; i < RO_N; i++)
+    expect[n_expect++] = i;
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK_U64((uint64_t)ro_fired, (uint64_t)n_expect, "%s: every timer still started ran once", T);
+  int first_bad = -1;
+  for (int k = 0; k < n_expect && k < ro_fired; k++)
+    if (ro_order[k] != expect[k]) {
+      first_bad = k;
+      break;
+    }
+  if (!tap_ok(first_bad < 0, "%s: equal deadlines ran in the order of their last start", T))
+    tap_diag("  first difference at position %d: expected timer %d, got %d", first_bad,
+             expect[first_bad], ro_order[first_bad]);
+  wheel_close_wait(wheel, &loop, T);
+  loop_finish(&loop, T);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   rng_init();
@@ -2348,5 +2437,6 @@ int main(void) {
   test_tick();
   test_inactive_timer_memory();
   test_due_entry_not_delayed_by_later_start();
+  test_restart_order_equal_deadlines();
   return tap_done();
 }

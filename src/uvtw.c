@@ -498,16 +498,18 @@ void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
 /* The slow paths of a start, out of line so that the common ones make no
  * call and so keep nothing on the stack: per timer operation at 10^6
  * timers, the stores that wait behind cache misses are what is paid for. */
-__attribute__((noinline)) static void restart_slow(uvtw_wheel_t *w, uvtw_timer_t *timer,
-                                                   uint64_t deadline) {
+__attribute__((noinline)) static int restart_slow(uvtw_wheel_t *w, uvtw_timer_t *timer,
+                                                  uint64_t deadline) {
   wheel_restart(&w->wheel, &timer->entry_, deadline);
   if (!w->in_pass && (!w->timer_armed || deadline < w->armed))
     rearm(w);
+  return 0;
 }
 
-__attribute__((noinline)) static void insert_slow(uvtw_wheel_t *w, uvtw_timer_t *timer,
-                                                  uint64_t deadline) {
+__attribute__((noinline)) static int insert_slow(uvtw_wheel_t *w, uvtw_timer_t *timer,
+                                                 uint64_t deadline) {
   insert_entry(w, timer, deadline);
+  return 0;
 }
 
 int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat) {
@@ -528,15 +530,13 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
      * not empty, so it needs no catching up. */
     w->stats.stopped++;
     if (rearming || !wheel_restart_is_logged_only(&w->wheel))
-      restart_slow(w, timer, deadline);
-    else
-      wheel_restart(&w->wheel, &timer->entry_, deadline);
+      return restart_slow(w, timer, deadline); /* tail calls: see above */
+    wheel_restart(&w->wheel, &timer->entry_, deadline);
     return 0;
   }
   if (rearming || w->wheel.log_len != 0 || w->wheel.count == 0)
-    insert_slow(w, timer, deadline);
-  else
-    wheel_insert_now(&w->wheel, &timer->entry_, deadline);
+    return insert_slow(w, timer, deadline);
+  wheel_insert_now(&w->wheel, &timer->entry_, deadline);
   return 0;
 }
 

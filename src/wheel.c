@@ -187,6 +187,13 @@ static const wheel_entry_t *earliest_slot(const wheel_t *w, unsigned *level_out,
   return &w->slots[slot_index(*level_out, *slot_out)];
 }
 
+void wheel_file_first(wheel_t *w, wheel_entry_t *entry, unsigned level, unsigned slot) {
+  wheel_entry_t *head = &w->slots[slot_index(level, slot)];
+  head->deadline = entry->deadline;
+  mark_slot_used(w, level, slot);
+  list_append(head, entry);
+}
+
 void wheel_flush(wheel_t *w) {
   enum { AHEAD = 8 };
   uint32_t n = w->log_len;

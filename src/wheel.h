@@ -194,17 +194,21 @@ static inline void mark_slot_used(wheel_t *w, unsigned level, unsigned slot) {
   w->level_mask |= UINT32_C(1) << level;
 }
 
+/* file_entry into an empty slot: out of line, so that the common case (a
+ * slot already in use) keeps few registers live and spills nothing. */
+void wheel_file_first(wheel_t *w, wheel_entry_t *entry, unsigned level, unsigned slot);
+
 /* Files an entry with deadline > w->now into its slot. */
 static inline void file_entry(wheel_t *w, wheel_entry_t *entry) {
   unsigned level = level_of(entry->deadline, w->now);
   unsigned slot = slot_of(entry->deadline, level);
   wheel_entry_t *head = &w->slots[slot_index(level, slot)];
   if (list_empty(head)) {
-    head->deadline = entry->deadline;
-    mark_slot_used(w, level, slot);
-  } else if (entry->deadline < head->deadline) {
-    head->deadline = entry->deadline;
+    wheel_file_first(w, entry, level, slot);
+    return;
   }
+  if (entry->deadline < head->deadline)
+    head->deadline = entry->deadline;
   list_append(head, entry);
 }
 

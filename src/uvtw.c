@@ -519,8 +519,12 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   if (w->closing)
     return UV_ECANCELED;
   uint64_t deadline = ticks_of_ms(w, add_saturating(loop_now(w->loop), timeout));
-  timer->cb_ = cb;
-  timer->repeat_ = repeat;
+  /* Usually unchanged: a store not made is one less waiting for the
+   * store buffer behind this operation's cache misses. */
+  if (timer->cb_ != cb)
+    timer->cb_ = cb;
+  if (timer->repeat_ != repeat)
+    timer->repeat_ = repeat;
   w->stats.started++;
   /* As insert_entry: outside a pass, an earlier deadline than the armed one
    * (or none armed) re-arms. */

@@ -559,7 +559,7 @@ int uvtw_timer_stop(uvtw_timer_t *timer) {
     return 0;
   uvtw_wheel_t *w = timer->wheel_;
   if (w->wheel.log_len != 0 || w->wheel.count == 1) {
-    stop_slow(w, timer); /* a tail call: the common path makes no call at all */
+    stop_slow(w, timer); /* out of line: the common path makes no call */
     return 0;
   }
   wheel_remove_now(&w->wheel, &timer->entry_);

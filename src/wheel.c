@@ -71,10 +71,6 @@
 
 #include <assert.h>
 
-
-
-
-
 /* Moves every entry of `from` to the tail of `to`, in order. */
 static inline void list_splice_tail(wheel_entry_t *to, wheel_entry_t *from) {
   if (list_empty(from))
@@ -88,8 +84,6 @@ static inline void list_splice_tail(wheel_entry_t *to, wheel_entry_t *from) {
   to->prev = last;
   list_init(from);
 }
-
-
 
 /* The first tick of slot `slot` of upper level `level`, in the window that
  * holds the horizon (the start of the block after now's). */
@@ -106,8 +100,6 @@ _Static_assert(WHEEL_DUE_ROW < 32, "level_mask has a bit per level");
 static inline unsigned first_bit(uint64_t bits) {
   return (unsigned)__builtin_ctzll(bits);
 }
-
-
 
 void wheel_init(wheel_t *w, uint64_t now) {
   w->now = now;
@@ -138,9 +130,6 @@ void wheel_catch_up(wheel_t *w, uint64_t now) {
 static bool has_due(const wheel_t *w) {
   return w->occupied[WHEEL_DUE_ROW] != 0 || !list_empty(&w->due_old);
 }
-
-
-
 
 /* The ring's earliest slot: its entries lie in [now, block_of(now) + ring
  * size), so the first occupied index from now on, circularly. (An entry at

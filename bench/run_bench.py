@@ -322,6 +322,10 @@ def main():
     ap.add_argument("--mt-timers", help="timers in million_timers (default 10^7; 10^5 quick)")
     ap.add_argument("--workloads", default="cancel,bump,expire,churn",
                     help="subset of cancel,bump,expire,churn (million_timers: see below)")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="run every backend process this many times per N, interleaved, and "
+                         "report the median over runs (a shared machine's noise hits whole "
+                         "processes; default 1)")
     ap.add_argument("--no-million", action="store_true", help="skip million_timers")
     ap.add_argument("--mt-repeats", type=int,
                     help="million_timers runs per backend, median taken (default 3; 1 quick)")
@@ -404,14 +408,16 @@ def main():
                    ",".join(str(n) for n in ns)], log)
     res.parse(out)
     for i, n in enumerate(ns):
-        order = backends[i % len(backends):] + backends[:i % len(backends)]
-        for b in order:
-            log("N=%s: %s" % (pow10(n), LABEL[b]))
-            rc, out = run([os.path.join(bindir, "bench_" + b), "--workloads",
-                           args.workloads, "--n", str(n)] + common, log)
-            res.parse(out)
-            if rc:
-                failed.append("%s N=%d" % (b, n))
+        for r in range(max(args.runs, 1)):
+            k = (i + r) % len(backends)
+            order = backends[k:] + backends[:k]
+            for b in order:
+                log("N=%s: %s" % (pow10(n), LABEL[b]))
+                rc, out = run([os.path.join(bindir, "bench_" + b), "--workloads",
+                               args.workloads, "--n", str(n)] + common, log)
+                res.parse(out)
+                if rc:
+                    failed.append("%s N=%d" % (b, n))
     finished = datetime.datetime.now(datetime.timezone.utc)
 
     versions = sorted(set(v for (b, k), v in res.info.items() if k == "version"))
@@ -423,8 +429,8 @@ def main():
         "CPU: %s, %d cores; load average at the end %s" % (cpu_model(), os.cpu_count() or 0,
                                                           loadavg()),
         "versions: %s" % "; ".join(versions),
-        "ns = process CPU time per operation, median of repeats; ratio in parentheses is to "
-        "uv_timer_t in this run.",
+        "ns = process CPU time per operation, median of repeats%s; ratio in parentheses is to "
+        "uv_timer_t in this run." % (" and of %d runs" % args.runs if args.runs > 1 else ""),
         "million_timers: median of %d runs per backend." % mt_repeats if mt_n else "",
         "lateness: loop-clock ms past the deadline (past the first loop iteration after the "
         "starts, for deadlines the starts themselves overran).",

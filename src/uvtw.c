@@ -178,6 +178,13 @@ static void rearm(uvtw_wheel_t *w) {
     arm(w, next);
 }
 
+/* Whether filing an entry at `deadline` must re-arm the uv_timer_t: outside
+ * a pass, when it is unarmed (after a kick, entries already due wait too) or
+ * armed later than `deadline`. */
+static inline bool rearm_needed(const uvtw_wheel_t *w, uint64_t deadline) {
+  return !w->in_pass && (!w->timer_armed || deadline < w->armed);
+}
+
 /* Files an entry; outside a pass, re-arms if it may now be the earliest.
  * rearm, not arm(deadline): while the timer is unarmed after a kick, entries
  * already due are waiting too, and they come first. */
@@ -185,7 +192,7 @@ static void insert_entry(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline
   if (w->wheel.count == 0 && !w->in_pass)
     wheel_catch_up(&w->wheel, now_ticks(w)); /* file it as low as it can go */
   wheel_insert(&w->wheel, &timer->entry_, deadline);
-  if (!w->in_pass && (!w->timer_armed || deadline < w->armed))
+  if (rearm_needed(w, deadline))
     rearm(w);
 }
 
@@ -501,7 +508,7 @@ void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
 __attribute__((noinline)) static int restart_slow(uvtw_wheel_t *w, uvtw_timer_t *timer,
                                                   uint64_t deadline) {
   wheel_restart(&w->wheel, &timer->entry_, deadline);
-  if (!w->in_pass && (!w->timer_armed || deadline < w->armed))
+  if (rearm_needed(w, deadline))
     rearm(w);
   return 0;
 }
@@ -526,9 +533,7 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   if (timer->repeat_ != repeat)
     timer->repeat_ = repeat;
   w->stats.started++;
-  /* As insert_entry: outside a pass, an earlier deadline than the armed one
-   * (or none armed) re-arms. */
-  bool rearming = !w->in_pass && (!w->timer_armed || deadline < w->armed);
+  bool rearming = rearm_needed(w, deadline); /* then the slow paths do it */
   if (wheel_entry_linked(&timer->entry_)) {
     /* A restart: logged, applied in a batch (wheel_restart). The wheel is
      * not empty, so it needs no catching up. */

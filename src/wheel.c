@@ -131,21 +131,27 @@ static bool has_due(const wheel_t *w) {
   return w->occupied[WHEEL_DUE_ROW] != 0 || !list_empty(&w->due_old);
 }
 
-/* The ring's earliest slot: its entries lie in [now, block_of(now) + ring
- * size), so the first occupied index from now on, circularly. (An entry at
- * now itself exists only inside wheel_advance, after a cascade at that same
- * tick.) The ring must not be empty. */
-static unsigned ring_first(const wheel_t *w) {
+/* The tick of the first occupied ring slot at or after tick `from`, slots
+ * counted circularly from from's. Ring entries lie in [now, block_of(now) +
+ * ring size), so ring_next(w, w->now) is the earliest (an entry at now
+ * itself exists only inside wheel_advance, after a cascade at that tick);
+ * for a later `from`, a result at or past that end means there is none in
+ * between. The ring must not be empty. */
+static uint64_t ring_next(const wheel_t *w, uint64_t from) {
   assert(w->occupied0_summary != 0);
-  unsigned from = (unsigned)(w->now & (WHEEL_L0_SLOTS - 1));
-  unsigned word = from / 64;
-  uint64_t bits = w->occupied0[word] & (~UINT64_C(0) << (from % 64));
-  if (bits != 0)
-    return word * 64 + first_bit(bits);
-  uint64_t later = word + 1 >= 64 ? 0 : w->occupied0_summary & (~UINT64_C(0) << (word + 1));
-  /* Nothing at or after `from`: the lowest occupied index comes next. */
-  unsigned found = first_bit(later != 0 ? later : w->occupied0_summary);
-  return found * 64 + first_bit(w->occupied0[found]);
+  unsigned start = (unsigned)(from & (WHEEL_L0_SLOTS - 1));
+  unsigned word = start / 64;
+  unsigned found;
+  uint64_t bits = w->occupied0[word] & (~UINT64_C(0) << (start % 64));
+  if (bits != 0) {
+    found = word * 64 + first_bit(bits);
+  } else {
+    uint64_t later = word + 1 >= 64 ? 0 : w->occupied0_summary & (~UINT64_C(0) << (word + 1));
+    /* Nothing at or after `start`: the lowest occupied index comes next. */
+    unsigned w64 = first_bit(later != 0 ? later : w->occupied0_summary);
+    found = w64 * 64 + first_bit(w->occupied0[w64]);
+  }
+  return from + ((found - start) & (WHEEL_L0_SLOTS - 1));
 }
 
 /* The lowest upper level's first occupied slot, if any. */
@@ -169,7 +175,7 @@ static const wheel_entry_t *earliest_slot(const wheel_t *w, unsigned *level_out,
     return NULL;
   if (w->level_mask & 1) {
     *level_out = 0;
-    *slot_out = ring_first(w);
+    *slot_out = (unsigned)(ring_next(w, w->now) & (WHEEL_L0_SLOTS - 1));
   } else {
     upper_first(w, level_out, slot_out);
   }
@@ -351,23 +357,12 @@ static void warm_ring(wheel_t *w, uint64_t at) {
   enum { K = 4, MAX_ENTRIES = 65536 };
   if (w->warmed > at)
     return; /* still warm: batches of K slots give K chains to overlap */
-  uint64_t from = at;
   uint64_t end = block_of(w->now) + WHEEL_L0_SLOTS; /* the ring's end */
   const wheel_entry_t *head[K], *front[K], *back[K];
   unsigned lists = 0;
-  uint64_t t = from;
-  while (lists < K && t < end) {
-    unsigned index = (unsigned)(t & (WHEEL_L0_SLOTS - 1));
-    uint64_t bits = w->occupied0[index / 64] >> (index % 64);
-    if (bits == 0) {
-      t += 64 - index % 64;
-      continue;
-    }
-    t += (unsigned)__builtin_ctzll(bits);
-    if (t >= end)
-      break;
-    index = (unsigned)(t & (WHEEL_L0_SLOTS - 1));
-    head[lists] = &w->slots[index];
+  uint64_t t = at;
+  while (lists < K && (t = ring_next(w, t)) < end) {
+    head[lists] = &w->slots[t & (WHEEL_L0_SLOTS - 1)];
     front[lists] = head[lists]->next;
     back[lists] = head[lists]->prev;
     lists++;
@@ -417,8 +412,8 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
     bool ring = (w->level_mask & 1) != 0;
     bool upper = upper_first(w, &level, &slot);
     if (ring) {
-      ring_slot = ring_first(w);
-      ring_at = w->slots[ring_slot].deadline;
+      ring_at = ring_next(w, w->now);
+      ring_slot = (unsigned)(ring_at & (WHEEL_L0_SLOTS - 1));
     }
     if (upper)
       upper_at = slot_start(block_of(w->now) + WHEEL_BLOCK, level, slot) - WHEEL_BLOCK;

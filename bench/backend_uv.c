@@ -1,6 +1,7 @@
 /* Backend: libuv's own uv_timer_t, one handle per timer (the baseline). */
 #define _GNU_SOURCE
 #include "bench.h"
+#include "uv_loop.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,26 +9,18 @@
 
 const char *const backend_name = "uv";
 
-static uv_loop_t *loop;
 static uv_timer_t *timers;
 static size_t n_timers;
-static uv_timer_t kick;
-static void (*kick_fn)(void *);
-static void *kick_arg;
 static char version[64];
 
 int backend_init(void) {
-  loop = uv_default_loop();
-  if (loop == NULL || uv_timer_init(loop, &kick) != 0)
+  if (bench_loop_init() != 0)
     return -1;
-  uv_unref((uv_handle_t *)&kick);
   return 0;
 }
 
 void backend_fini(void) {
-  uv_close((uv_handle_t *)&kick, NULL);
-  uv_run(loop, UV_RUN_DEFAULT);
-  uv_loop_close(loop);
+  bench_loop_fini();
 }
 
 const char *backend_version(void) {
@@ -47,7 +40,7 @@ int backend_timers_alloc(size_t n) {
 }
 
 void backend_timer_init(size_t i) {
-  uv_timer_init(loop, &timers[i]);
+  uv_timer_init(bench_loop, &timers[i]);
 }
 
 static void close_cb(uv_handle_t *handle) {
@@ -57,7 +50,7 @@ static void close_cb(uv_handle_t *handle) {
 void backend_timers_close(void) {
   for (size_t i = 0; i < n_timers; i++)
     uv_close((uv_handle_t *)&timers[i], close_cb);
-  uv_run(loop, UV_RUN_DEFAULT);
+  uv_run(bench_loop, UV_RUN_DEFAULT);
 }
 
 void backend_timers_free(void) {
@@ -80,33 +73,6 @@ void backend_restart(size_t i, uint64_t timeout_ms) {
 
 void backend_stop(size_t i) {
   uv_timer_stop(&timers[i]);
-}
-
-double backend_now_ms(void) {
-  return (double)uv_now(loop);
-}
-
-/* uv_stop makes this uv_run(UV_RUN_ONCE) poll without blocking and return,
- * instead of sleeping until the next timer is due. */
-static void kick_cb(uv_timer_t *handle) {
-  uv_unref((uv_handle_t *)handle);
-  kick_fn(kick_arg);
-  uv_stop(loop);
-}
-
-void backend_defer(uint64_t delay_ms, void (*fn)(void *), void *arg) {
-  kick_fn = fn;
-  kick_arg = arg;
-  uv_ref((uv_handle_t *)&kick);
-  uv_timer_start(&kick, kick_cb, delay_ms, 0);
-}
-
-void backend_run_once(void) {
-  uv_run(loop, UV_RUN_ONCE);
-}
-
-void backend_run(void) {
-  uv_run(loop, UV_RUN_DEFAULT);
 }
 
 int backend_wheel_stats(bench_wheel_stats_t *out) {

@@ -1,6 +1,7 @@
 /* Backend: uvtw, one wheel on the loop, caller-allocated uvtw_timer_t. */
 #define _GNU_SOURCE
 #include "bench.h"
+#include "uv_loop.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,28 +9,20 @@
 
 const char *const backend_name = "uvtw";
 
-static uv_loop_t *loop;
 static uvtw_wheel_t *wheel;
 static uvtw_timer_t *timers;
 static size_t n_timers;
-static uv_timer_t kick;
-static void (*kick_fn)(void *);
-static void *kick_arg;
 static char version[96];
 
 int backend_init(void) {
-  loop = uv_default_loop();
-  if (loop == NULL || uv_timer_init(loop, &kick) != 0)
+  if (bench_loop_init() != 0)
     return -1;
-  uv_unref((uv_handle_t *)&kick);
-  return uvtw_wheel_new(loop, NULL, &wheel);
+  return uvtw_wheel_new(bench_loop, NULL, &wheel);
 }
 
 void backend_fini(void) {
   uvtw_wheel_close(wheel, NULL, NULL);
-  uv_close((uv_handle_t *)&kick, NULL);
-  uv_run(loop, UV_RUN_DEFAULT);
-  uv_loop_close(loop);
+  bench_loop_fini();
 }
 
 const char *backend_version(void) {
@@ -77,32 +70,6 @@ void backend_restart(size_t i, uint64_t timeout_ms) {
 
 void backend_stop(size_t i) {
   uvtw_timer_stop(&timers[i]);
-}
-
-double backend_now_ms(void) {
-  return (double)uv_now(loop);
-}
-
-/* As in backend_uv.c: uv_stop so that UV_RUN_ONCE returns without sleeping. */
-static void kick_cb(uv_timer_t *handle) {
-  uv_unref((uv_handle_t *)handle);
-  kick_fn(kick_arg);
-  uv_stop(loop);
-}
-
-void backend_defer(uint64_t delay_ms, void (*fn)(void *), void *arg) {
-  kick_fn = fn;
-  kick_arg = arg;
-  uv_ref((uv_handle_t *)&kick);
-  uv_timer_start(&kick, kick_cb, delay_ms, 0);
-}
-
-void backend_run_once(void) {
-  uv_run(loop, UV_RUN_ONCE);
-}
-
-void backend_run(void) {
-  uv_run(loop, UV_RUN_DEFAULT);
 }
 
 int backend_wheel_stats(bench_wheel_stats_t *out) {

@@ -328,7 +328,18 @@ static void bump_batch(void *arg) {
 }
 
 /* bump and churn time each of their 16 batches on its own and report the
- * median over all batches of all repeats. */
+ * median over all batches of all repeats: runs `steps` operations as
+ * STEP_BATCHES calls of `batch` (each over [op_begin, op_end)), >= 1 ms of
+ * loop time apart, and stores each one's ns per operation in out[b]. */
+static void run_batches(size_t steps, void (*batch)(void *), double *out) {
+  for (size_t b = 0; b < STEP_BATCHES; b++) {
+    op_begin = steps * b / STEP_BATCHES;
+    op_end = steps * (b + 1) / STEP_BATCHES;
+    in_loop(1, batch, NULL);
+    out[b] = (double)cpu_spent / (double)(op_end - op_begin);
+  }
+}
+
 static void run_bump(size_t n, unsigned repeats, uint64_t seed) {
   double *restart_ns = xmalloc(repeats * STEP_BATCHES * sizeof(double));
   size_t steps = 4 * n;
@@ -341,12 +352,7 @@ static void run_bump(size_t n, unsigned repeats, uint64_t seed) {
     for (size_t k = 0; k < steps; k++)
       order[k] = rng_below((uint32_t)n);
     in_loop(0, start_all_bump, NULL);
-    for (size_t b = 0; b < STEP_BATCHES; b++) {
-      op_begin = steps * b / STEP_BATCHES;
-      op_end = steps * (b + 1) / STEP_BATCHES;
-      in_loop(1, bump_batch, NULL);
-      restart_ns[r * STEP_BATCHES + b] = (double)cpu_spent / (double)(op_end - op_begin);
-    }
+    run_batches(steps, bump_batch, &restart_ns[r * STEP_BATCHES]);
     in_loop(0, stop_all, NULL);
   }
   if (unexpected_fires)
@@ -511,12 +517,7 @@ static void run_churn(size_t n, unsigned repeats, uint64_t seed) {
       step_timeouts[k] = 10000 + rng_below(10000);
     }
     in_loop(0, start_all_from_timeouts, NULL);
-    for (size_t b = 0; b < STEP_BATCHES; b++) {
-      op_begin = steps * b / STEP_BATCHES;
-      op_end = steps * (b + 1) / STEP_BATCHES;
-      in_loop(1, churn_batch, NULL);
-      step_ns[r * STEP_BATCHES + b] = (double)cpu_spent / (double)(op_end - op_begin);
-    }
+    run_batches(steps, churn_batch, &step_ns[r * STEP_BATCHES]);
     in_loop(0, stop_all, NULL);
   }
   record("churn", n, "ns_step", median(step_ns, repeats * STEP_BATCHES));

@@ -189,6 +189,17 @@ static uvtw_wheel_t *wheel_open(uv_loop_t *loop, const uvtw_options_t *opts, con
   return wheel;
 }
 
+/* loop_open + wheel_open; if the wheel cannot be made, finishes the loop
+ * (its checks still count) and returns NULL: the test then returns. */
+static uvtw_wheel_t *loop_and_wheel_open(uv_loop_t *loop, const uvtw_options_t *opts,
+                                         const char *test) {
+  loop_open(loop);
+  uvtw_wheel_t *wheel = wheel_open(loop, opts, test);
+  if (wheel == NULL)
+    loop_finish(loop, test);
+  return wheel;
+}
+
 typedef struct close_rec_s {
   int calls;
   uvtw_wheel_t *wheel;
@@ -393,12 +404,9 @@ static void test_argument_errors(void) {
   uvtw_wheel_t *wheel;
   uvtw_timer_t timer;
 
-  loop_open(&loop);
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
   uvtw_timer_init(wheel, &timer);
   CHECK_ERR(uvtw_timer_start(&timer, NULL, 10, 0), UV_EINVAL,
             "start with a NULL callback returns UV_EINVAL");
@@ -633,12 +641,9 @@ static void test_same_iteration_as_uv_timer(void) {
   uint64_t late_max;
   size_t distinct;
 
-  loop_open(&loop);
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
   eq_reset(&loop, wheel, STATIC_PAIRS);
   for (size_t i = 0; i < STATIC_PAIRS; i++) {
     pair_t *p = eq_new_pair();
@@ -733,12 +738,9 @@ static void test_staggered_starts_like_uv_timer(void) {
   uv_loop_t loop;
   uvtw_wheel_t *wheel;
 
-  loop_open(&loop);
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
   eq_reset(&loop, wheel, STAGGER_STEPS * STAGGER_NEW);
   eq.steps = STAGGER_STEPS;
   eq.t0 = uv_now(&loop);
@@ -765,12 +767,9 @@ static void test_restart_no_duplicate(void) {
   probe_t a, b;
   uint64_t t0;
 
-  loop_open(&loop);
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
   log_reset();
   probe_init(wheel, &a, 'a', NULL);
   probe_init(wheel, &b, 'b', NULL);
@@ -811,13 +810,10 @@ static void test_stop(void) {
   probe_t a, b;
   aux_t keep;
 
-  loop_open(&loop);
-  log_reset();
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
+  log_reset();
   probe_init(wheel, &a, 'a', NULL);
   probe_init(wheel, &b, 'b', NULL);
   CHECK_ERR(uvtw_timer_stop(&a.timer), 0, "stop on an inactive timer returns 0");
@@ -859,13 +855,10 @@ static void test_again(void) {
   probe_t a, b, c, d;
   uint64_t t0;
 
-  loop_open(&loop);
-  log_reset();
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
+  log_reset();
   probe_init(wheel, &a, 'a', NULL);
   probe_init(wheel, &b, 'b', again_stop_first);
   probe_init(wheel, &c, 'c', again_stop_first);
@@ -989,13 +982,10 @@ static void test_repeat(void) {
   uint64_t t0;
   int all_active = 1, all_due = 1, all_repeat = 1;
 
-  loop_open(&loop);
-  log_reset();
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
+  log_reset();
   probe_init(wheel, &rp_main, 'm', rp_main_action);
   probe_init(wheel, &rp_start, 's', rp_start_action);
   probe_init(wheel, &rp_again, 'a', rp_again_action);
@@ -1110,13 +1100,10 @@ static void test_get_due_in(void) {
   aux_t at30;
   probe_t over;
 
-  loop_open(&loop);
-  log_reset();
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
+  log_reset();
   probe_init(wheel, &due_probe, 'd', NULL);
   probe_init(wheel, &over, 'o', NULL);
   CHECK_U64(uvtw_timer_get_due_in(&due_probe.timer), 0, "get_due_in of an inactive timer is 0");
@@ -1173,13 +1160,10 @@ static void test_huge_timeouts(void) {
   uvtw_stats_t s;
   uint64_t far = (uint64_t)INT64_MAX + 1000;
 
-  loop_open(&loop);
-  log_reset();
-  huge_wheel = wheel_open(&loop, NULL, T);
-  if (!huge_wheel) {
-    loop_finish(&loop, T);
+  huge_wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!huge_wheel)
     return;
-  }
+  log_reset();
   probe_init(huge_wheel, &huge_a, 'A', NULL);
   probe_init(huge_wheel, &huge_b, 'B', NULL);
   probe_init(huge_wheel, &huge_r, 'r', huge_r_action_real);
@@ -1284,13 +1268,10 @@ static void test_callbacks_touch_same_pass(void) {
   const char *expect_log;
   int w_in_first_pass;
 
-  loop_open(&loop);
-  log_reset();
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
+  log_reset();
   probe_init(wheel, &sp_a, 'A', sp_a_action);
   probe_init(wheel, &sp_b, 'B', NULL);
   probe_init(wheel, &sp_c, 'C', NULL);
@@ -1422,12 +1403,9 @@ static void test_self_restart_zero_does_not_starve(void) {
   uv_loop_t loop;
   uvtw_wheel_t *wheel;
 
-  loop_open(&loop);
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
   memset(&self0, 0, sizeof self0);
   uvtw_timer_init(wheel, &self0.timer);
   uv_idle_init(&loop, &self0.idle);
@@ -1473,12 +1451,9 @@ static void test_self_restart_zero_keeps_loop_alive(void) {
   uvtw_wheel_t *wheel;
   uvtw_timer_t timer;
 
-  loop_open(&loop);
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
   alone_runs = 0;
   uvtw_timer_init(wheel, &timer);
   uvtw_timer_start(&timer, alone_cb, 0, 0);
@@ -1501,13 +1476,10 @@ static void test_close_with_pending_timers(void) {
   aux_t keep;
   uvtw_stats_t before, after;
 
-  loop_open(&loop);
-  log_reset();
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
+  log_reset();
   probe_init(wheel, &p1, '1', NULL);
   probe_init(wheel, &p2, '2', NULL);
   probe_init(wheel, &p3, '3', NULL);
@@ -1590,13 +1562,10 @@ static void test_close_from_callback(void) {
   aux_t keep;
 
   /* A one-shot closes the wheel; B is due in the same pass, C later. */
-  loop_open(&loop);
-  log_reset();
-  cc_wheel = wheel_open(&loop, NULL, T);
-  if (!cc_wheel) {
-    loop_finish(&loop, T);
+  cc_wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!cc_wheel)
     return;
-  }
+  log_reset();
   memset(&cc_rec, 0, sizeof cc_rec);
   probe_init(cc_wheel, &cc_a, 'A', cc_a_action);
   probe_init(cc_wheel, &cc_b, 'B', NULL);
@@ -1619,13 +1588,10 @@ static void test_close_from_callback(void) {
   loop_finish(&loop, T);
 
   /* A repeating timer (already re-armed) closes the wheel in its callback. */
-  loop_open(&loop);
-  log_reset();
-  cc_wheel = wheel_open(&loop, NULL, T);
-  if (!cc_wheel) {
-    loop_finish(&loop, T);
+  cc_wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!cc_wheel)
     return;
-  }
+  log_reset();
   memset(&cc_rec, 0, sizeof cc_rec);
   probe_init(cc_wheel, &cc_r, 'R', cc_r_action);
   probe_start(&cc_r, 10, 10);
@@ -1644,12 +1610,9 @@ static void test_close_from_callback(void) {
   log_reset();
 
   /* Close with a NULL callback still closes both handles. */
-  loop_open(&loop);
-  cc_wheel = wheel_open(&loop, NULL, T);
-  if (!cc_wheel) {
-    loop_finish(&loop, T);
+  cc_wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!cc_wheel)
     return;
-  }
   probe_init(cc_wheel, &cc_a, 'a', NULL);
   probe_start(&cc_a, 10, 0);
   uvtw_wheel_close(cc_wheel, NULL, NULL);
@@ -1684,13 +1647,10 @@ static void test_loop_alive(void) {
   aux_t stopper, keep;
   uint64_t t0;
 
-  loop_open(&loop);
-  log_reset();
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
+  log_reset();
   aux_init(&loop, &lv_watch, lv_watch_fn);
   uv_unref((uv_handle_t *)&lv_watch.handle);
   probe_init(wheel, &lv_w, 'w', NULL);
@@ -1767,13 +1727,10 @@ static void test_wakeups(void) {
   probe_t w;
   uvtw_stats_t s;
 
-  loop_open(&loop);
-  log_reset();
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
+  log_reset();
   aux_init(&loop, &keep, NULL);
   aux_start(&keep, 80);
   uv_run(&loop, UV_RUN_DEFAULT);
@@ -1826,12 +1783,9 @@ static void test_no_wasted_wakeups_across_levels(void) {
   uvtw_stats_t s;
   size_t distinct;
 
-  loop_open(&loop);
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
   eq_reset(&loop, wheel, LEVEL_TIMERS);
   for (size_t i = 0; i < LEVEL_TIMERS; i++) {
     pair_t *p = eq_new_pair();
@@ -1868,13 +1822,10 @@ static void test_stats(void) {
   uvtw_stats_t s;
   uint64_t late_l, late_a;
 
-  loop_open(&loop);
-  log_reset();
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
+  log_reset();
   probe_init(wheel, &a, 'a', NULL);
   probe_init(wheel, &b, 'b', NULL);
   probe_init(wheel, &c, 'c', NULL);
@@ -1951,13 +1902,10 @@ static void test_next_due(void) {
   aux_t keep;
   size_t wrong = 0;
 
-  loop_open(&loop);
-  log_reset();
-  nd_wheel = wheel_open(&loop, NULL, T);
-  if (!nd_wheel) {
-    loop_finish(&loop, T);
+  nd_wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!nd_wheel)
     return;
-  }
+  log_reset();
   probe_init(nd_wheel, &a, 'a', NULL);
   probe_init(nd_wheel, &b, 'b', NULL);
   probe_init(nd_wheel, &o, 'o', NULL);
@@ -2068,13 +2016,10 @@ static void test_tick(void) {
   size_t bad_due = 0, bad_fire = 0, bad_order = 0, pos[TICK_PROBES];
   int n = 0, ok_rep = 1;
 
-  loop_open(&loop);
-  log_reset();
-  wheel = wheel_open(&loop, &opts, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, &opts, T);
+  if (!wheel)
     return;
-  }
+  log_reset();
   now = uv_now(&loop);
   to_multiple = round_up(now, TICK) - now;    /* 0 if now is on a multiple */
   bucket_top = round_up(now + 1, TICK) - now; /* timeouts 1..bucket_top share a deadline */
@@ -2290,12 +2235,9 @@ static void test_due_entry_not_delayed_by_later_start(void) {
   uv_loop_t loop;
   uvtw_wheel_t *wheel;
 
-  loop_open(&loop);
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
   memset(&g_kick, 0, sizeof g_kick);
   uvtw_timer_init(wheel, &g_kick.due);
   uvtw_timer_init(wheel, &g_kick.later);
@@ -2344,12 +2286,9 @@ static void test_restart_order_equal_deadlines(void) {
   int expect[RO_N], n_expect = 0, perm[RO_N];
   bool stopped[RO_N] = {false};
 
-  loop_open(&loop);
-  wheel = wheel_open(&loop, NULL, T);
-  if (!wheel) {
-    loop_finish(&loop, T);
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
     return;
-  }
   ro_fired = 0;
   for (int i = 0; i < RO_N; i++) {
     perm[i] = i;

@@ -110,6 +110,8 @@ void wheel_init(wheel_t *w, uint64_t now) {
   w->cascaded = 0;
   w->log_len = 0;
   w->warmed = 0;
+  for (unsigned k = 0; k < WHEEL_WARM_SLOTS; k++)
+    w->warm[k].tick = UINT64_MAX;
   for (unsigned k = 0; k <= WHEEL_DUE_ROW; k++)
     w->occupied[k] = 0;
   w->occupied0_summary = 0;
@@ -236,23 +238,6 @@ uint64_t wheel_next_deadline_exact(wheel_t *w) {
   return min;
 }
 
-/* Hands out every entry of w->firing, one at a time, so that a callback can
- * remove or restart entries still waiting in the list. */
-static size_t fire_list(wheel_t *w, wheel_fire_fn fire, void *ctx) {
-  size_t fired = 0;
-  for (;;) {
-    wheel_sync(w); /* a callback may have restarted entries still listed */
-    if (list_empty(&w->firing))
-      break;
-    wheel_entry_t *entry = w->firing.next;
-    list_unlink(entry);
-    w->count--;
-    fire(entry, ctx);
-    fired++;
-  }
-  return fired;
-}
-
 /* Files again every entry of an upper-level slot that starts at w->now.
  * No callback runs here, so the detached chain can be walked directly. */
 static void cascade(wheel_t *w, wheel_entry_t *head) {
@@ -336,54 +321,64 @@ static void take_due(wheel_t *w) {
 
 /* Prefetches the first and last byte of the uvtw_timer_t an entry lives in
  * (a hint only: prefetches never fault, so it is harmless for entries that
- * live in something else, as in the tests). */
+ * live in something else, as in the tests, or that have left the wheel). */
 static inline void prefetch_owner(const wheel_entry_t *e) {
   const char *owner = (const char *)e - offsetof(uvtw_timer_t, entry_);
   __builtin_prefetch(owner);
   __builtin_prefetch(owner + sizeof(uvtw_timer_t) - 1);
 }
 
-/* Before the ring slot at `at` fires: unless it was already walked, walks
- * the lists of the next 4 occupied ring slots from `at` on, each from both
- * ends, all in step, so that their entries are in cache when they fire. A
- * list is a chain of dependent cache misses (about 140 ns each at 10^6
- * timers on the machine the benchmarks ran on); 8 chains walked in step
- * overlap 8 misses. Runs inside a pass, where no callback can change the
- * lists under it. Measured on expire at 10^6 (ns per fire, bench driver):
- * about 226 without, 130-140 with 8 slots walked from the front, 110-125
- * with 4 from both ends (what is walked further ahead tends to leave the
- * cache while the loop sleeps between its slots). */
-static void warm_ring(wheel_t *w, uint64_t at) {
-  enum { K = 4, MAX_ENTRIES = 65536 };
-  if (w->warmed > at)
-    return; /* still warm: batches of K slots give K chains to overlap */
+/* Walks ring slot lists ahead of their firing, to learn where their entries
+ * are. A list is a chain of dependent cache misses (about 140 ns each at
+ * 10^6 timers on the machine the benchmarks ran on), and what is warmed
+ * before the loop sleeps is cold again when it wakes (1 ms between slots
+ * was enough to lose it). So, unless the slot at `at` was already walked,
+ * the next WHEEL_WARM_SLOTS occupied ring slots are walked in step, each
+ * from both ends (16 chains, 16 misses in flight), and only the entries'
+ * addresses are kept; when each slot fires, fire_list prefetches its
+ * entries from them a few ahead, misses that do not depend on each other.
+ * Runs inside a pass, where no callback can change the lists under it.
+ * Returns the addresses recorded for the slot at `at`, or NULL. */
+static const wheel_warm_t *warm_ring(wheel_t *w, uint64_t at) {
+  enum { K = WHEEL_WARM_SLOTS, CAP = WHEEL_WARM_CAP };
+  if (at < w->warmed) {
+    for (unsigned k = 0; k < K; k++)
+      if (w->warm[k].tick == at)
+        return &w->warm[k];
+    return NULL; /* occupied after its turn came */
+  }
   uint64_t end = block_of(w->now) + WHEEL_L0_SLOTS; /* the ring's end */
-  const wheel_entry_t *head[K], *front[K], *back[K];
+  const wheel_entry_t *front[K], *back[K];
   unsigned lists = 0;
   uint64_t t = at;
   while (lists < K && (t = ring_next(w, t)) < end) {
-    head[lists] = &w->slots[t & (WHEEL_L0_SLOTS - 1)];
-    front[lists] = head[lists]->next;
-    back[lists] = head[lists]->prev;
+    const wheel_entry_t *head = &w->slots[t & (WHEEL_L0_SLOTS - 1)];
+    front[lists] = head->next;
+    back[lists] = head->prev;
+    w->warm[lists].tick = t;
+    w->warm[lists].front = w->warm[lists].back = 0;
     lists++;
     t++;
   }
   w->warmed = t;
-  size_t walked = 0;
-  for (unsigned active = lists; active > 0 && walked < MAX_ENTRIES;) {
+  for (unsigned k = lists; k < K; k++)
+    w->warm[k].tick = UINT64_MAX;
+  for (unsigned active = lists; active > 0;) {
     active = 0;
     for (unsigned k = 0; k < lists; k++) {
       const wheel_entry_t *f = front[k], *b = back[k];
+      wheel_warm_t *plan = &w->warm[k];
       if (f == NULL)
         continue;
-      /* Each list from both ends: two chains per slot. Loading a link
-       * brings its line; the uvtw_timer_t around the entry (which its
-       * callback reads: data, cb_, repeat_) may straddle a line boundary,
-       * so both its ends come too. */
-      prefetch_owner(f);
-      prefetch_owner(b);
-      walked += 2;
-      if (f == b || f->next == b) {
+      plan->front++;
+      w->warm_addr[k][plan->front - 1] = f;
+      if (f == b || plan->front + plan->back + 2 > CAP) {
+        front[k] = NULL; /* met in the middle, or the row is full */
+        continue;
+      }
+      plan->back++;
+      w->warm_addr[k][CAP - plan->back] = b;
+      if (f->next == b) {
         front[k] = NULL;
         continue;
       }
@@ -392,6 +387,38 @@ static void warm_ring(wheel_t *w, uint64_t at) {
       active++;
     }
   }
+  return w->warm[0].tick == at ? &w->warm[0] : NULL;
+}
+
+/* The i-th address of a plan: the head part, then the tail part. */
+static inline const wheel_entry_t *plan_at(const wheel_t *w, const wheel_warm_t *plan, size_t i) {
+  const wheel_entry_t *const *row = w->warm_addr[plan - w->warm];
+  return i < plan->front ? row[i] : row[WHEEL_WARM_CAP - plan->back + (i - plan->front)];
+}
+
+/* Hands out every entry of w->firing, one at a time, so that a callback can
+ * remove or restart entries still waiting in the list. With a plan (the
+ * addresses of a ring slot's entries, see warm_ring), the entries a few
+ * places ahead are prefetched before each one is handed out. */
+static size_t fire_list(wheel_t *w, wheel_fire_fn fire, void *ctx, const wheel_warm_t *plan) {
+  enum { AHEAD = 16 };
+  size_t fired = 0;
+  size_t planned = plan != NULL ? (size_t)plan->front + plan->back : 0;
+  for (size_t i = 0; i < AHEAD && i < planned; i++)
+    prefetch_owner(plan_at(w, plan, i));
+  for (;;) {
+    wheel_sync(w); /* a callback may have restarted entries still listed */
+    if (list_empty(&w->firing))
+      break;
+    if (fired + AHEAD < planned)
+      prefetch_owner(plan_at(w, plan, fired + AHEAD));
+    wheel_entry_t *entry = w->firing.next;
+    list_unlink(entry);
+    w->count--;
+    fire(entry, ctx);
+    fired++;
+  }
+  return fired;
 }
 
 size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
@@ -401,7 +428,7 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
   wheel_sync(w);
   take_due(w); /* before due_limit moves: it orders the buckets */
   w->due_limit = now;
-  fired += fire_list(w, fire, ctx);
+  fired += fire_list(w, fire, ctx, NULL);
 
   /* In time order: fire the ring's earliest slot at its deadline, or
    * cascade the earliest upper slot when the block before it begins (when
@@ -422,11 +449,11 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
     if (ring && ring_at < upper_at) {
       if (ring_at > now)
         break;
-      warm_ring(w, ring_at);
+      const wheel_warm_t *plan = warm_ring(w, ring_at);
       w->now = ring_at;
       mark_slot_empty(w, ring_slot);
       list_splice_tail(&w->firing, &w->slots[ring_slot]);
-      fired += fire_list(w, fire, ctx);
+      fired += fire_list(w, fire, ctx, plan);
     } else if (upper && upper_at <= now) {
       w->now = upper_at;
       size_t index = slot_index(level, slot);
@@ -462,7 +489,7 @@ void wheel_clear(wheel_t *w, wheel_fire_fn drop, void *ctx) {
     }
   }
   w->level_mask = 0;
-  fire_list(w, drop, ctx);
+  fire_list(w, drop, ctx, NULL);
 }
 
 /* Walks one list, checking its links; returns entries seen or -1. */

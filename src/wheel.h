@@ -36,6 +36,17 @@ typedef struct wheel_log_s {
   uint64_t deadline;
 } wheel_log_t;
 
+/* Ring slots walked ahead of their firing, and the entries' addresses found
+ * (see warm_ring in wheel.c): up to WHEEL_WARM_CAP from each list's head
+ * on, and from its tail back, for the next WHEEL_WARM_SLOTS occupied slots. */
+#define WHEEL_WARM_SLOTS 8
+#define WHEEL_WARM_CAP 1024
+typedef struct wheel_warm_s {
+  uint64_t tick;  /* the slot's deadline; UINT64_MAX: unused */
+  uint32_t front; /* addresses [0, front) of its row: from the head on */
+  uint32_t back;  /* [CAP - back, CAP): the rest up to the tail, in order */
+} wheel_warm_t;
+
 /* Called for each due entry, already removed from the wheel. It may insert
  * and remove any entries, including the one it was given. */
 typedef void (*wheel_fire_fn)(wheel_entry_t *entry, void *ctx);
@@ -60,6 +71,9 @@ typedef struct wheel_s {
    * within 63 ticks of due_limit, by deadline & 63. */
   wheel_entry_t slots[WHEEL_SENTINELS];
   wheel_log_t log[WHEEL_LOG]; /* restarts in call order, oldest first */
+  wheel_warm_t warm[WHEEL_WARM_SLOTS];
+  /* Hints only, never dereferenced: entries may have left since. */
+  const wheel_entry_t *warm_addr[WHEEL_WARM_SLOTS][WHEEL_WARM_CAP];
 } wheel_t;
 
 void wheel_init(wheel_t *w, uint64_t now);

@@ -2349,6 +2349,88 @@ static void test_restart_order_equal_deadlines(void) {
   loop_finish(&loop, T);
 }
 
+/* Timers of two wheels on one loop, operated on in random interleaving:
+ * each operation must reach its own timer's wheel (the library remembers
+ * the last wheel used on the thread, and must notice every switch). */
+enum { TW_TIMERS = 200, TW_OPS = 4000 };
+static int tw_fires[2][TW_TIMERS];
+static uvtw_timer_t tw_timer[2][TW_TIMERS];
+
+static void tw_cb(uvtw_timer_t *timer) {
+  int which = timer >= tw_timer[1] && timer < tw_timer[1] + TW_TIMERS;
+  tw_fires[which][timer - tw_timer[which]]++;
+}
+
+static void test_two_wheels_interleaved(void) {
+  const char *T = "two wheels, operations interleaved";
+  uv_loop_t loop;
+  uvtw_wheel_t *w[2];
+  bool active[2][TW_TIMERS] = {{false}};
+  uint64_t started[2] = {0}, stopped[2] = {0}, n_active[2] = {0};
+  int bad_returns = 0;
+
+  loop_open(&loop);
+  w[0] = wheel_open(&loop, NULL, T);
+  w[1] = wheel_open(&loop, NULL, T);
+  if (!w[0] || !w[1]) {
+    for (int k = 0; k < 2; k++)
+      if (w[k])
+        wheel_close_wait(w[k], &loop, T);
+    loop_finish(&loop, T);
+    return;
+  }
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < TW_TIMERS; i++) {
+      uvtw_timer_init(w[k], &tw_timer[k][i]);
+      tw_fires[k][i] = 0;
+    }
+  for (int op = 0; op < TW_OPS; op++) {
+    int k = (int)rng_below(2), i = (int)rng_below(TW_TIMERS);
+    if (rng_below(3) == 0) {
+      bad_returns += uvtw_timer_stop(&tw_timer[k][i]) != 0;
+      if (active[k][i]) {
+        stopped[k]++;
+        n_active[k]--;
+      }
+      active[k][i] = false;
+    } else {
+      uint64_t timeout = 1 + rng_below(45); /* short: what is tested is the routing */
+      bad_returns += uvtw_timer_start(&tw_timer[k][i], tw_cb, timeout, 0) != 0;
+      started[k]++;
+      if (active[k][i])
+        stopped[k]++; /* a restart counts one stop */
+      else
+        n_active[k]++;
+      active[k][i] = true;
+    }
+  }
+  CHECK_U64((uint64_t)bad_returns, 0, "every start and stop on either wheel returned 0");
+  for (int k = 0; k < 2; k++) {
+    uint64_t linked = 0;
+    for (int i = 0; i < TW_TIMERS; i++)
+      linked += uvtw_timer_is_active(&tw_timer[k][i]) == (active[k][i] ? 1 : 0);
+    CHECK_U64(linked, TW_TIMERS, k == 0 ? "the first wheel's timers are active exactly as started"
+                                        : "the second wheel's timers are active exactly as started");
+    expect_counts(w[k], n_active[k], started[k], stopped[k], 0,
+                  k == 0 ? "of the first wheel after the interleaved operations"
+                         : "of the second wheel after the interleaved operations");
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  for (int k = 0; k < 2; k++) {
+    uint64_t right = 0;
+    for (int i = 0; i < TW_TIMERS; i++)
+      right += tw_fires[k][i] == (active[k][i] ? 1 : 0);
+    CHECK_U64(right, TW_TIMERS,
+              k == 0 ? "each of the first wheel's timers ran once if left active, else never"
+                     : "each of the second wheel's timers ran once if left active, else never");
+    expect_counts(w[k], 0, started[k], stopped[k], n_active[k],
+                  k == 0 ? "of the first wheel once all ran" : "of the second wheel once all ran");
+  }
+  for (int k = 0; k < 2; k++)
+    wheel_close_wait(w[k], &loop, T);
+  loop_finish(&loop, T);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   rng_init();
@@ -2377,5 +2459,6 @@ int main(void) {
   test_inactive_timer_memory();
   test_due_entry_not_delayed_by_later_start();
   test_restart_order_equal_deadlines();
+  test_two_wheels_interleaved();
   return tap_done();
 }

@@ -192,7 +192,6 @@ void wheel_file_first(wheel_t *w, wheel_entry_t *entry, unsigned level, unsigned
 }
 
 void wheel_flush(wheel_t *w) {
-  enum { AHEAD = 8 };
   uint32_t n = w->log_len;
   bool to_old = false;
   w->log_len = 0;
@@ -200,12 +199,6 @@ void wheel_flush(wheel_t *w) {
     /* insert_due compares with the old list's tail, whose deadline may be
      * a logged restart's not yet applied: then it cannot vouch for order. */
     to_old |= w->log[i].deadline <= w->due_limit && w->due_limit - w->log[i].deadline >= WHEEL_SLOTS;
-    if (i + AHEAD < n) {
-      /* The entry itself is cached: the restart wrote its deadline. */
-      const wheel_entry_t *ahead = w->log[i + AHEAD].entry;
-      __builtin_prefetch(ahead->next, 1);
-      __builtin_prefetch(ahead->prev, 1);
-    }
     wheel_move_now(w, w->log[i].entry, w->log[i].deadline);
   }
   if (to_old && !list_empty(&w->due_old))

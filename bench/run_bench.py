@@ -275,7 +275,8 @@ def chart(res, backends, ns, path, log):
             plots.append("'%s' using 1:2 with linespoints lw 2 pt 7 title '%s' noenhanced" % (fn, LABEL[b]))
         yardstick = () if metric == "ns_fire" else (
             ("ns_random_touch", "memory: 1 random touch"),
-            ("ns_dependent_miss", "memory: 1 dependent miss"))
+            ("ns_dependent_miss", "memory: 1 dependent miss"),
+            ("ns_list_move", "memory: 1 list move (floor)"))
         for metric_m, label_m in yardstick:
             pts = [(n, res.get("uv", "memory", n, metric_m)) for n in ns]
             pts = [(n, v) for n, v in pts if v]
@@ -284,10 +285,11 @@ def chart(res, backends, ns, path, log):
                 with open(fn, "w") as f:
                     for n, v in pts:
                         f.write("%d %g\n" % (n, v))
-                plots.append("'%s' using 1:2 with lines dt 2 lw 1 lc rgb 'gray50' title '%s' "
-                             "noenhanced" % (fn, label_m) if metric_m == "ns_random_touch" else
-                             "'%s' using 1:2 with lines dt 3 lw 1 lc rgb 'gray30' title '%s' "
-                             "noenhanced" % (fn, label_m))
+                style = {"ns_random_touch": "dt 2 lw 1 lc rgb 'gray50'",
+                         "ns_dependent_miss": "dt 3 lw 1 lc rgb 'gray30'",
+                         "ns_list_move": "dt 4 lw 1 lc rgb 'gray10'"}[metric_m]
+                plots.append("'%s' using 1:2 with lines %s title '%s' noenhanced"
+                             % (fn, style, label_m))
         script.append("set title '%s'" % title)
         if i == 1:
             script.append("unset key")  # one legend, in the first panel
@@ -438,12 +440,17 @@ def main():
     head = [h for h in head if h]
     tab = table(res, backends, ns, mt_n)
     mem = ["Memory yardstick, N cache lines in the workloads' random order: ns per "
-           "independent touch / per dependent miss (a list walk or heap step):"]
+           "independent touch / per dependent miss (a list walk or heap step) / per "
+           "list move (a random 56-byte record unlinked from one of 5 doubly linked "
+           "lists and appended to one, inline: the floor of a churn step or a restart "
+           "for timers on intrusive lists):"]
     for n in ns:
         a = res.get("uv", "memory", n, "ns_random_touch")
         b = res.get("uv", "memory", n, "ns_dependent_miss")
+        c = res.get("uv", "memory", n, "ns_list_move")
         if a is not None and b is not None:
-            mem.append("  N=%s: %s / %s" % (pow10(n), fmt(a), fmt(b)))
+            mem.append("  N=%s: %s / %s / %s" % (pow10(n), fmt(a), fmt(b),
+                                                 fmt(c) if c is not None else "-"))
     tab += "\n\n" + "\n".join(mem)
     tgt, checks = targets(res, mt_n)
     report = "\n".join(head) + "\n\n" + tab + "\n\nuvtw targets:\n\n" + tgt + "\n"

@@ -538,27 +538,7 @@ static inline uvtw_wheel_t *wheel_known(uvtw_wheel_t *w) {
   return w;
 }
 
-static int timer_start(uvtw_wheel_t *w, uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout,
-                       uint64_t repeat);
-
-/* A start on another wheel than the last one: remembers it, then starts. */
-__attribute__((noinline)) static int start_switch(uvtw_timer_t *timer, uvtw_timer_cb cb,
-                                                  uint64_t timeout, uint64_t repeat) {
-  if (timer->wheel_ == NULL)
-    return UV_EINVAL;
-  last_wheel = timer->wheel_;
-  return timer_start(timer->wheel_, timer, cb, timeout, repeat);
-}
-
-int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat) {
-  if (timer == NULL || cb == NULL)
-    return UV_EINVAL;
-  uvtw_wheel_t *w = last_wheel;
-  if (timer->wheel_ != w || w == NULL)
-    return start_switch(timer, cb, timeout, repeat);
-  return timer_start(wheel_known(w), timer, cb, timeout, repeat);
-}
-
+/* uvtw_timer_start on its wheel, known to be the timer's. */
 __attribute__((always_inline)) static inline int timer_start(uvtw_wheel_t *w, uvtw_timer_t *timer,
                                                              uvtw_timer_cb cb, uint64_t timeout,
                                                              uint64_t repeat) {
@@ -586,6 +566,24 @@ __attribute__((always_inline)) static inline int timer_start(uvtw_wheel_t *w, uv
     return insert_slow(w, timer, deadline);
   wheel_insert_now(&w->wheel, &timer->entry_, deadline);
   return 0;
+}
+
+/* A start on another wheel than the last one: remembers it, then starts. */
+__attribute__((noinline)) static int start_switch(uvtw_timer_t *timer, uvtw_timer_cb cb,
+                                                  uint64_t timeout, uint64_t repeat) {
+  if (timer->wheel_ == NULL)
+    return UV_EINVAL;
+  last_wheel = timer->wheel_;
+  return timer_start(timer->wheel_, timer, cb, timeout, repeat);
+}
+
+int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat) {
+  if (timer == NULL || cb == NULL)
+    return UV_EINVAL;
+  uvtw_wheel_t *w = last_wheel;
+  if (timer->wheel_ != w || w == NULL)
+    return start_switch(timer, cb, timeout, repeat);
+  return timer_start(wheel_known(w), timer, cb, timeout, repeat);
 }
 
 /* A stop that must apply the restart log first, or may empty the wheel. */

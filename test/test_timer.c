@@ -2431,6 +2431,89 @@ static void test_two_wheels_interleaved(void) {
   loop_finish(&loop, T);
 }
 
+/* Before a ring slot fires, the wheel walks the next occupied slots and
+ * keeps their entries' addresses, to prefetch from them when each fires.
+ * Those are hints only: here the first callback stops and frees every timer
+ * of the next two slots (so their addresses are stale, or reused by the
+ * replacements malloc hands back) and starts replacements there. Nothing
+ * freed may be read (ASan and Valgrind run this too), the freed timers never
+ * run, and the replacements run in order. */
+enum { PF_PER_SLOT = 40 };
+static uvtw_timer_t *pf_timer[2][PF_PER_SLOT];
+static int pf_freed_runs, pf_new_runs, pf_new_order_bad, pf_first_runs;
+static uint64_t pf_last_seq;
+static uvtw_timer_t pf_first;
+
+static void pf_new_cb(uvtw_timer_t *t) {
+  uint64_t seq = (uint64_t)(uintptr_t)t->data;
+  if (seq < pf_last_seq)
+    pf_new_order_bad++;
+  pf_last_seq = seq;
+  pf_new_runs++;
+  free(t);
+}
+
+static void pf_old_cb(uvtw_timer_t *t) {
+  (void)t;
+  pf_freed_runs++; /* must not happen: it was stopped and freed */
+}
+
+static void pf_first_cb(uvtw_timer_t *t) {
+  uvtw_wheel_t *wheel = (uvtw_wheel_t *)t->data;
+  pf_first_runs++;
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < PF_PER_SLOT; i++) {
+      uvtw_timer_stop(pf_timer[k][i]);
+      memset(pf_timer[k][i], 0x5A, sizeof *pf_timer[k][i]);
+      free(pf_timer[k][i]);
+    }
+  uint64_t seq = 1;
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < PF_PER_SLOT; i++) {
+      uvtw_timer_t *n = malloc(sizeof *n);
+      if (n == NULL) {
+        printf("Bail out! out of memory\n");
+        exit(1);
+      }
+      uvtw_timer_init(wheel, n);
+      n->data = (void *)(uintptr_t)seq++;
+      uvtw_timer_start(n, pf_new_cb, (uint64_t)(1 + k), 0); /* the slots just freed */
+    }
+}
+
+static void test_prefetch_hints_to_freed_timers(void) {
+  const char *T = "prefetch hints to freed timers";
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (wheel == NULL)
+    return;
+  pf_freed_runs = pf_new_runs = pf_new_order_bad = pf_first_runs = 0;
+  pf_last_seq = 0;
+  uv_update_time(&loop);
+  uvtw_timer_init(wheel, &pf_first);
+  pf_first.data = wheel;
+  uvtw_timer_start(&pf_first, pf_first_cb, 10, 0);
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < PF_PER_SLOT; i++) {
+      pf_timer[k][i] = malloc(sizeof *pf_timer[k][i]);
+      if (pf_timer[k][i] == NULL) {
+        printf("Bail out! out of memory\n");
+        exit(1);
+      }
+      uvtw_timer_init(wheel, pf_timer[k][i]);
+      uvtw_timer_start(pf_timer[k][i], pf_old_cb, (uint64_t)(11 + k), 0);
+    }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK_U64((uint64_t)pf_first_runs, 1, "the callback that frees the next slots' timers ran once");
+  CHECK_U64((uint64_t)pf_freed_runs, 0, "timers stopped and freed after their slot was walked never run");
+  CHECK_U64((uint64_t)pf_new_runs, 2 * PF_PER_SLOT, "every replacement started into those slots ran");
+  CHECK_U64((uint64_t)pf_new_order_bad, 0, "the replacements ran in deadline order, FIFO within one");
+  expect_counts(wheel, 0, 1 + 4 * PF_PER_SLOT, 2 * PF_PER_SLOT, 1 + 2 * PF_PER_SLOT,
+                "after the slots were emptied and refilled");
+  wheel_close_wait(wheel, &loop, T);
+  loop_finish(&loop, T);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   rng_init();
@@ -2460,5 +2543,6 @@ int main(void) {
   test_due_entry_not_delayed_by_later_start();
   test_restart_order_equal_deadlines();
   test_two_wheels_interleaved();
+  test_prefetch_hints_to_freed_timers();
   return tap_done();
 }

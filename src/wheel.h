@@ -216,8 +216,18 @@ void wheel_file_first(wheel_t *w, wheel_entry_t *entry, unsigned level, unsigned
 
 /* Files an entry with deadline > w->now into its slot. */
 static inline void file_entry(wheel_t *w, wheel_entry_t *entry) {
-  unsigned level = level_of(entry->deadline, w->now);
-  unsigned slot = slot_of(entry->deadline, level);
+  uint64_t deadline = entry->deadline, base = block_of(w->now);
+  unsigned level, slot;
+  if (deadline - base < WHEEL_L0_SLOTS) {
+    level = 0;
+    slot = (unsigned)deadline & (WHEEL_L0_SLOTS - 1);
+  } else if (((deadline ^ (base + WHEEL_BLOCK)) >> (WHEEL_BLOCK_BITS + WHEEL_LEVEL_BITS)) == 0) {
+    level = 1; /* the timeouts of a few seconds to two minutes: no bit search */
+    slot = (unsigned)(deadline >> WHEEL_BLOCK_BITS) & (WHEEL_SLOTS - 1);
+  } else {
+    level = level_of(deadline, w->now);
+    slot = slot_of(deadline, level);
+  }
   wheel_entry_t *head = &w->slots[slot_index(level, slot)];
   if (list_empty(head)) {
     wheel_file_first(w, entry, level, slot);

@@ -2440,6 +2440,7 @@ static void test_two_wheels_interleaved(void) {
  * run, and the replacements run in order. */
 enum { PF_PER_SLOT = 40 };
 static uvtw_timer_t *pf_timer[2][PF_PER_SLOT];
+static uvtw_timer_t *pf_new[2 * PF_PER_SLOT]; /* freed after the run */
 static int pf_freed_runs, pf_new_runs, pf_new_order_bad, pf_first_runs;
 static uint64_t pf_last_seq;
 static uvtw_timer_t pf_first;
@@ -2450,7 +2451,6 @@ static void pf_new_cb(uvtw_timer_t *t) {
     pf_new_order_bad++;
   pf_last_seq = seq;
   pf_new_runs++;
-  free(t);
 }
 
 static void pf_old_cb(uvtw_timer_t *t) {
@@ -2476,6 +2476,7 @@ static void pf_first_cb(uvtw_timer_t *t) {
         exit(1);
       }
       uvtw_timer_init(wheel, n);
+      pf_new[seq - 1] = n;
       n->data = (void *)(uintptr_t)seq++;
       uvtw_timer_start(n, pf_new_cb, (uint64_t)(1 + k), 0); /* the slots just freed */
     }
@@ -2510,6 +2511,8 @@ static void test_prefetch_hints_to_freed_timers(void) {
   CHECK_U64((uint64_t)pf_new_order_bad, 0, "the replacements ran in deadline order, FIFO within one");
   expect_counts(wheel, 0, 1 + 4 * PF_PER_SLOT, 2 * PF_PER_SLOT, 1 + 2 * PF_PER_SLOT,
                 "after the slots were emptied and refilled");
+  for (int i = 0; i < 2 * PF_PER_SLOT && pf_first_runs == 1; i++)
+    free(pf_new[i]);
   wheel_close_wait(wheel, &loop, T);
   loop_finish(&loop, T);
 }

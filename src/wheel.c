@@ -353,7 +353,7 @@ static const wheel_warm_t *warm_ring(wheel_t *w, uint64_t at) {
     lists++;
     t++;
   }
-  w->warmed = t;
+  w->warmed = t < end ? t : end; /* slots past the end come later, by cascade */
   for (unsigned k = lists; k < K; k++)
     w->warm[k].tick = UINT64_MAX;
   for (unsigned active = lists; active > 0;) {

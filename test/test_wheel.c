@@ -416,6 +416,46 @@ static void test_basics(void) {
 }
 
 /* Logged restarts against inserts and removals, by hand. */
+/* The ring's walk ahead (warm_ring) keeps the addresses of the next
+ * occupied ring slots' entries, and a slot fires with them only if it was
+ * walked. A walk that runs out of occupied slots must not count as walked
+ * the part of the ring that the next block's cascade fills later. */
+static int plan_seen, plan_missing;
+
+static void fire_check_plan(wheel_entry_t *entry, void *ctx) {
+  (void)ctx;
+  bool found = false;
+  for (unsigned k = 0; k < WHEEL_WARM_SLOTS; k++)
+    if (wheel.warm[k].tick == entry->deadline && wheel.warm[k].front + wheel.warm[k].back >= 1)
+      found = true;
+  if (found)
+    plan_seen++;
+  else
+    plan_missing++;
+}
+
+static void test_warm_plans(void) {
+  static item_t a, b, c, d;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  memset(&c, 0, sizeof c);
+  memset(&d, 0, sizeof d);
+  wheel_init(&wheel, 0);
+  wheel_insert(&wheel, &a.entry, 10);   /* the ring: this block */
+  wheel_insert(&wheel, &b.entry, 20);
+  wheel_insert(&wheel, &c.entry, 4100); /* the block after next: level 1 for now */
+  wheel_insert(&wheel, &d.entry, 4100);
+  plan_seen = plan_missing = 0;
+  wheel_advance(&wheel, 20, fire_check_plan, NULL); /* walks 10 and 20, and runs out */
+  TAP_EQ(plan_seen, 2, "the two ring slots fire with their entries' addresses");
+  TAP_EQ(wheel.warmed, 2 * WHEEL_BLOCK, "a walk that runs out counts the ring as walked, no further");
+  wheel_advance(&wheel, WHEEL_BLOCK, fire_check_plan, NULL); /* cascades 4100 into the ring */
+  wheel_advance(&wheel, 4100, fire_check_plan, NULL);
+  tap_ok(plan_seen == 4 && plan_missing == 0,
+         "a slot the next block's cascade filled is walked before it fires");
+  TAP_EQ(wheel.count, 0, "every entry fired");
+}
+
 static void test_restart_log(void) {
   static item_t a, b, c, d;
   memset(&a, 0, sizeof a);
@@ -477,6 +517,7 @@ int main(void) {
 
   test_basics();
   test_restart_log();
+  test_warm_plans();
 
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -322,7 +322,7 @@ static inline void prefetch_owner(const wheel_entry_t *e) {
 }
 
 /* Walks ring slot lists ahead of their firing, to learn where their entries
- * are. A list is a chain of dependent cache misses (about 140 ns each at
+ * are. A list is a chain of dependent cache misses (150-200 ns each at
  * 10^6 timers on the machine the benchmarks ran on), and what is warmed
  * before the loop sleeps is cold again when it wakes (1 ms between slots
  * was enough to lose it). So, unless the slot at `at` was already walked,
@@ -330,8 +330,10 @@ static inline void prefetch_owner(const wheel_entry_t *e) {
  * from both ends (16 chains, 16 misses in flight), and only the entries'
  * addresses are kept; when each slot fires, fire_list prefetches its
  * entries from them a few ahead, misses that do not depend on each other.
- * Runs inside a pass, where no callback can change the lists under it.
- * Returns the addresses recorded for the slot at `at`, or NULL. */
+ * (Bench expire at 10^6, against warming the entries of the next 4 slots
+ * into the cache: 199 -> 131 ns per fire.) Runs inside a pass, where no
+ * callback can change the lists under it. Returns the addresses recorded
+ * for the slot at `at`, or NULL. */
 static const wheel_warm_t *warm_ring(wheel_t *w, uint64_t at) {
   enum { K = WHEEL_WARM_SLOTS, CAP = WHEEL_WARM_CAP };
   if (at < w->warmed) {

@@ -435,16 +435,13 @@ static void fire_check_plan(wheel_entry_t *entry, void *ctx) {
 }
 
 static void test_warm_plans(void) {
-  static item_t a, b, c, d;
-  memset(&a, 0, sizeof a);
-  memset(&b, 0, sizeof b);
-  memset(&c, 0, sizeof c);
-  memset(&d, 0, sizeof d);
+  static item_t it[4];
+  /* Two in this block (the ring), two in the block after next (level 1). */
+  static const uint64_t deadline[4] = {10, 20, 4100, 4100};
+  memset(it, 0, sizeof it);
   wheel_init(&wheel, 0);
-  wheel_insert(&wheel, &a.entry, 10);   /* the ring: this block */
-  wheel_insert(&wheel, &b.entry, 20);
-  wheel_insert(&wheel, &c.entry, 4100); /* the block after next: level 1 for now */
-  wheel_insert(&wheel, &d.entry, 4100);
+  for (int i = 0; i < 4; i++)
+    wheel_insert(&wheel, &it[i].entry, deadline[i]);
   plan_seen = plan_missing = 0;
   wheel_advance(&wheel, 20, fire_check_plan, NULL); /* walks 10 and 20, and runs out */
   TAP_EQ(plan_seen, 2, "the two ring slots fire with their entries' addresses");

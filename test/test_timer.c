@@ -628,6 +628,25 @@ static size_t eq_distinct_deadlines(void) {
   return distinct;
 }
 
+/* With nothing stopped: no wasted wakeups, and at least one wakeup but no
+ * more than one per distinct deadline. Returns the wheel's stats. */
+static uvtw_stats_t eq_check_wakeups(const uvtw_wheel_t *wheel, const char *T, const char *why) {
+  uvtw_stats_t s = stats_of(wheel);
+  size_t distinct = eq_distinct_deadlines();
+  CHECK_U64(s.wasted_wakeups, 0, "%s: no wasted wakeups when nothing was stopped", T);
+  if (!tap_ok(s.wakeups >= 1 && s.wakeups <= distinct, "%s: %s", T, why))
+    tap_diag("  expected 1..%zu wakeups, got %" PRIu64, distinct, s.wakeups);
+  return s;
+}
+
+/* Closes the twins, the wheel and the loop of an eq_* test. */
+static void eq_finish(uvtw_wheel_t *wheel, uv_loop_t *loop, const char *T) {
+  eq_close_twins();
+  wheel_close_wait(wheel, loop, T);
+  loop_finish(loop, T);
+  eq_free();
+}
+
 enum { STATIC_PAIRS = 3000 };
 
 /* Thousands of timers started together, many with equal timeouts; one
@@ -639,7 +658,6 @@ static void test_same_iteration_as_uv_timer(void) {
   uvtw_wheel_t *wheel;
   uvtw_stats_t s;
   uint64_t late_max;
-  size_t distinct;
 
   wheel = loop_and_wheel_open(&loop, NULL, T);
   if (!wheel)
@@ -666,20 +684,12 @@ static void test_same_iteration_as_uv_timer(void) {
   if (!tap_ok(late_max >= 50, "%s: the blocked callbacks left timers overdue (test precondition)",
               T))
     tap_diag("  expected some callback >= 50 ms late, the latest was %" PRIu64 " ms", late_max);
-  s = stats_of(wheel);
   expect_counts(wheel, 0, eq.starts, eq.stops, eq.starts, "after thousands of one-shot timers ran");
+  s = eq_check_wakeups(wheel, T,
+                       "the wheel woke only for due callbacks (1 <= wakeups <= distinct deadlines)");
   CHECK_U64(s.late_max_ms, late_max,
             "%s: stats.late_max_ms is the largest uv_now() - deadline seen", T);
-  CHECK_U64(s.wasted_wakeups, 0, "%s: no wasted wakeups when nothing was stopped", T);
-  distinct = eq_distinct_deadlines();
-  if (!tap_ok(s.wakeups >= 1 && s.wakeups <= distinct,
-              "%s: the wheel woke only for due callbacks (1 <= wakeups <= distinct deadlines)", T))
-    tap_diag("  expected 1..%zu wakeups, got %" PRIu64, distinct, s.wakeups);
-
-  eq_close_twins();
-  wheel_close_wait(wheel, &loop, T);
-  loop_finish(&loop, T);
-  eq_free();
+  eq_finish(wheel, &loop, T);
 }
 
 enum { STAGGER_STEPS = 40, STAGGER_NEW = 30, STAGGER_RESTARTS = 6, STAGGER_STOPS = 3 };
@@ -752,10 +762,7 @@ static void test_staggered_starts_like_uv_timer(void) {
   expect_counts(wheel, 0, eq.starts, eq.stops, eq.starts - eq.stops,
                 "after staggered starts, restarts and stops");
   close_handle(&eq.driver);
-  eq_close_twins();
-  wheel_close_wait(wheel, &loop, T);
-  loop_finish(&loop, T);
-  eq_free();
+  eq_finish(wheel, &loop, T);
 }
 
 /* ---- Restart, stop, again ------------------------------------------------ */
@@ -1781,7 +1788,6 @@ static void test_no_wasted_wakeups_across_levels(void) {
   uv_loop_t loop;
   uvtw_wheel_t *wheel;
   uvtw_stats_t s;
-  size_t distinct;
 
   wheel = loop_and_wheel_open(&loop, NULL, T);
   if (!wheel)
@@ -1797,19 +1803,11 @@ static void test_no_wasted_wakeups_across_levels(void) {
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   eq_verify(T);
-  s = stats_of(wheel);
-  CHECK_U64(s.wasted_wakeups, 0, "%s: no wasted wakeups when nothing was stopped", T);
-  distinct = eq_distinct_deadlines();
-  if (!tap_ok(s.wakeups >= 1 && s.wakeups <= distinct,
-              "%s: at most one wakeup per distinct deadline (cascades cost none)", T))
-    tap_diag("  expected 1..%zu wakeups, got %" PRIu64, distinct, s.wakeups);
+  s = eq_check_wakeups(wheel, T, "at most one wakeup per distinct deadline (cascades cost none)");
   tap_diag("%s: %" PRIu64 " wakeups for %zu deadlines, %" PRIu64 " cascaded", T, s.wakeups,
-           distinct, s.cascaded);
+           eq_distinct_deadlines(), s.cascaded);
   expect_counts(wheel, 0, LEVEL_TIMERS, 0, LEVEL_TIMERS, "after timers across levels ran");
-  eq_close_twins();
-  wheel_close_wait(wheel, &loop, T);
-  loop_finish(&loop, T);
-  eq_free();
+  eq_finish(wheel, &loop, T);
 }
 
 /* ---- Stats counters and late_max_ms --------------------------------------- */

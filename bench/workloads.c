@@ -812,21 +812,20 @@ int main(int argc, char **argv) {
     record("info", n, "bytes_per_timer", (double)bytes);
     if (has_word(workloads, "memory"))
       run_memory(n, seed);
-    if (has_word(workloads, "cancel")) {
-      fprintf(stderr, "bench %s: cancel, N=%zu, %u repeats\n", backend_name, n, rep);
-      run_cancel(n, rep, seed);
-    }
-    if (has_word(workloads, "bump")) {
-      fprintf(stderr, "bench %s: bump, N=%zu, %u repeats\n", backend_name, n, rep_steps);
-      run_bump(n, rep_steps, seed);
-    }
-    if (has_word(workloads, "expire")) {
-      fprintf(stderr, "bench %s: expire, N=%zu, %u repeats\n", backend_name, n, rep_expire);
-      run_expire(n, rep_expire, seed);
-    }
-    if (has_word(workloads, "churn")) {
-      fprintf(stderr, "bench %s: churn, N=%zu, %u repeats\n", backend_name, n, rep_steps);
-      run_churn(n, rep_steps, seed);
+    const struct {
+      const char *name;
+      void (*run)(size_t n, unsigned repeats, uint64_t seed);
+      unsigned repeats;
+    } runs[] = {{"cancel", run_cancel, rep},
+                {"bump", run_bump, rep_steps},
+                {"expire", run_expire, rep_expire},
+                {"churn", run_churn, rep_steps}};
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+      if (!has_word(workloads, runs[k].name))
+        continue;
+      fprintf(stderr, "bench %s: %s, N=%zu, %u repeats\n", backend_name, runs[k].name, n,
+              runs[k].repeats);
+      runs[k].run(n, runs[k].repeats, seed);
     }
     backend_timers_close();
     backend_timers_free();

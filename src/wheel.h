@@ -166,7 +166,10 @@ static inline unsigned level_of(uint64_t deadline, uint64_t now) {
   uint64_t base = block_of(now);
   if (deadline - base < WHEEL_L0_SLOTS)
     return 0;
-  unsigned top = (unsigned)(63 - __builtin_clzll(deadline ^ (base + WHEEL_BLOCK)));
+  uint64_t diff = deadline ^ (base + WHEEL_BLOCK);
+  if ((diff >> (WHEEL_BLOCK_BITS + WHEEL_LEVEL_BITS)) == 0)
+    return 1; /* timeouts of a few seconds to two minutes: no bit search */
+  unsigned top = (unsigned)(63 - __builtin_clzll(diff));
   assert(top >= WHEEL_BLOCK_BITS);
   return 1 + (top - WHEEL_BLOCK_BITS) / WHEEL_LEVEL_BITS;
 }
@@ -216,18 +219,8 @@ void wheel_file_first(wheel_t *w, wheel_entry_t *entry, unsigned level, unsigned
 
 /* Files an entry with deadline > w->now into its slot. */
 static inline void file_entry(wheel_t *w, wheel_entry_t *entry) {
-  uint64_t deadline = entry->deadline, base = block_of(w->now);
-  unsigned level, slot;
-  if (deadline - base < WHEEL_L0_SLOTS) {
-    level = 0;
-    slot = (unsigned)deadline & (WHEEL_L0_SLOTS - 1);
-  } else if (((deadline ^ (base + WHEEL_BLOCK)) >> (WHEEL_BLOCK_BITS + WHEEL_LEVEL_BITS)) == 0) {
-    level = 1; /* the timeouts of a few seconds to two minutes: no bit search */
-    slot = (unsigned)(deadline >> WHEEL_BLOCK_BITS) & (WHEEL_SLOTS - 1);
-  } else {
-    level = level_of(deadline, w->now);
-    slot = slot_of(deadline, level);
-  }
+  unsigned level = level_of(entry->deadline, w->now);
+  unsigned slot = slot_of(entry->deadline, level);
   wheel_entry_t *head = &w->slots[slot_index(level, slot)];
   if (list_empty(head)) {
     wheel_file_first(w, entry, level, slot);

@@ -72,6 +72,7 @@ struct uvtw__entry_s {
   struct uvtw__entry_s *next; /* NULL while the timer is inactive */
   struct uvtw__entry_s *prev;
   uint64_t deadline;          /* absolute, in ticks of the wheel */
+  uint64_t tag;               /* low 16 bits: the wheel's id; the rest: start order */
 };
 
 /* A loop-thread timer, allocated by the caller (embed it anywhere). Only
@@ -81,7 +82,6 @@ struct uvtw__entry_s {
 struct uvtw_timer_s {
   void *data;
   struct uvtw__entry_s entry_;
-  uvtw_wheel_t *wheel_;
   uvtw_timer_cb cb_;          /* NULL until the first successful start */
   uint64_t repeat_;
 };

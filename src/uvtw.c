@@ -92,6 +92,7 @@ struct uvtw_wheel_s {
   uv_loop_t *loop;
   shared_t *shared;
   uint32_t tick_ms;
+  uint32_t id;       /* in wheel_ids; its timers carry it in their tags */
   bool in_pass;      /* inside the uv_timer_t callback's advance */
   bool closing;
   bool timer_armed;
@@ -105,6 +106,40 @@ struct uvtw_wheel_s {
   uv_async_t async;
   wheel_t wheel;
 };
+
+/* ---- wheel ids ------------------------------------------------------------ */
+
+/* A timer names its wheel by a 16-bit id in its entry's tag, not by a
+ * pointer: the other 48 bits of that word keep the start order that lets a
+ * restart leave an entry where it is (see wheel_restart_lazy), and so a
+ * uvtw_timer_t stays at 56 bytes. Ids are claimed with a compare-and-swap
+ * when a wheel is made and freed with it; id 0 is never given (a timer
+ * initialized with a NULL wheel has it). So at most 65535 wheels exist at
+ * once in a process; uvtw_wheel_new gets UV_ENOMEM past that. */
+#define MAX_WHEELS (1u << WHEEL_ID_BITS)
+static uvtw_wheel_t *_Atomic wheel_ids[MAX_WHEELS];
+static _Atomic uint32_t wheel_id_hint;
+
+static uint32_t claim_wheel_id(uvtw_wheel_t *w) {
+  for (uint32_t tries = 1; tries < MAX_WHEELS; tries++) {
+    uint32_t id = 1 + atomic_fetch_add_explicit(&wheel_id_hint, 1, memory_order_relaxed) %
+                          (MAX_WHEELS - 1);
+    uvtw_wheel_t *none = NULL;
+    if (atomic_compare_exchange_strong_explicit(&wheel_ids[id], &none, w, memory_order_acq_rel,
+                                                memory_order_relaxed))
+      return id;
+  }
+  return 0;
+}
+
+static void free_wheel_id(uint32_t id) {
+  atomic_store_explicit(&wheel_ids[id], NULL, memory_order_release);
+}
+
+/* The wheel a timer was initialized with (NULL if none). */
+static inline uvtw_wheel_t *wheel_of(const uvtw_timer_t *timer) {
+  return atomic_load_explicit(&wheel_ids[entry_wheel_id(&timer->entry_)], memory_order_acquire);
+}
 
 /* Marks an entry as a task; never called. */
 static void task_entry(uvtw_timer_t *timer) {
@@ -396,7 +431,11 @@ int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **o
     return UV_EINVAL;
   uvtw_wheel_t *w = calloc(1, sizeof *w);
   shared_t *sh = aligned_alloc(CACHE_LINE, sizeof *sh); /* sizeof is a multiple */
-  if (w == NULL || sh == NULL) {
+  if (w != NULL)
+    w->id = claim_wheel_id(w);
+  if (w == NULL || sh == NULL || w->id == 0) {
+    if (w != NULL && w->id != 0)
+      free_wheel_id(w->id);
     free(w);
     free(sh);
     return UV_ENOMEM;
@@ -404,6 +443,7 @@ int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **o
   memset(sh, 0, sizeof *sh);
   int r = uv_async_init(loop, &w->async, on_async);
   if (r != 0) {
+    free_wheel_id(w->id);
     free(w);
     free(sh);
     return r;
@@ -416,6 +456,7 @@ int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **o
   w->loop = loop;
   w->tick_ms = opts != NULL && opts->tick_ms > 1 ? opts->tick_ms : 1;
   wheel_init(&w->wheel, now_ticks(w));
+  w->wheel.tag = w->id;
 
   mpsc_init(&sh->queue);
   atomic_init(&sh->gate, 0);
@@ -438,6 +479,7 @@ static void on_handle_closed(uv_handle_t *handle) {
   if (w->close_cb != NULL)
     w->close_cb(w, w->close_arg);
   shared_unref(w->shared);
+  free_wheel_id(w->id);
   free(w);
 }
 
@@ -497,7 +539,7 @@ void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
   timer->entry_.next = NULL;
   timer->entry_.prev = NULL;
   timer->entry_.deadline = 0;
-  timer->wheel_ = wheel;
+  timer->entry_.tag = wheel != NULL ? wheel->id : 0;
   timer->cb_ = NULL;
   timer->repeat_ = 0;
 }
@@ -519,22 +561,34 @@ __attribute__((noinline)) static int insert_slow(uvtw_wheel_t *w, uvtw_timer_t *
   return 0;
 }
 
-/* The wheel of this thread's last timer start or stop. A start or stop
- * works out every address it writes (counters, the slot, the log) from its
- * wheel. Taken from the timer, which at 10^6 timers is a cache miss, those
- * addresses wait for that miss, and so do the next operation's loads from
- * the same places, so consecutive operations overlap their misses less.
- * Taken from here, they are known at once; the timer's own `wheel_` is only
- * compared, a branch the CPU predicts and goes on past. Measured at 10^6
- * timers: starts in random order 57 -> 50 ns each, bench churn (stop +
- * start) 76 -> 67 ns a step.
- * Per thread, since timers are loop-thread only and each loop has its own. */
+/* The wheel of this thread's last timer start or stop, and its id. A start
+ * or stop works out every address it writes (counters, the slot, the log)
+ * from its wheel. Taken from the timer, which at 10^6 timers is a cache
+ * miss, those addresses wait for that miss, and so do the next operation's
+ * loads from the same places, so consecutive operations overlap their
+ * misses less. Taken from here, they are known at once; the id in the
+ * timer's tag is only compared, a branch the CPU predicts and goes on past.
+ * Measured at 10^6 timers (with a wheel pointer in the timer then):
+ * starts in random order 57 -> 50 ns each, bench churn (stop + start)
+ * 76 -> 67 ns a step. Per thread, since timers are loop-thread only and
+ * each loop has its own. last_id 0 matches no timer that has a wheel. */
 static _Thread_local uvtw_wheel_t *last_wheel __attribute__((tls_model("initial-exec")));
+static _Thread_local unsigned last_id __attribute__((tls_model("initial-exec")));
+
+static inline bool is_last_wheel(const uvtw_timer_t *timer) {
+  return entry_wheel_id(&timer->entry_) == last_id;
+}
+
+/* Makes `w` (not NULL) the thread's last wheel. */
+static inline void set_last_wheel(uvtw_wheel_t *w) {
+  last_wheel = w;
+  last_id = w->id;
+}
 
 /* The timer's wheel, known without waiting for the timer's cache line when
  * it is the last one used on this thread (which the caller checks first). */
 static inline uvtw_wheel_t *wheel_known(uvtw_wheel_t *w) {
-  __asm__("" : "+r"(w)); /* not to be replaced by timer->wheel_, equal but late */
+  __asm__("" : "+r"(w)); /* not to be replaced by wheel_of(timer), equal but late */
   return w;
 }
 
@@ -571,19 +625,19 @@ __attribute__((always_inline)) static inline int timer_start(uvtw_wheel_t *w, uv
 /* A start on another wheel than the last one: remembers it, then starts. */
 __attribute__((noinline)) static int start_switch(uvtw_timer_t *timer, uvtw_timer_cb cb,
                                                   uint64_t timeout, uint64_t repeat) {
-  if (timer->wheel_ == NULL)
+  uvtw_wheel_t *w = wheel_of(timer);
+  if (w == NULL)
     return UV_EINVAL;
-  last_wheel = timer->wheel_;
-  return timer_start(timer->wheel_, timer, cb, timeout, repeat);
+  set_last_wheel(w);
+  return timer_start(w, timer, cb, timeout, repeat);
 }
 
 int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat) {
   if (timer == NULL || cb == NULL)
     return UV_EINVAL;
-  uvtw_wheel_t *w = last_wheel;
-  if (timer->wheel_ != w || w == NULL)
+  if (!is_last_wheel(timer))
     return start_switch(timer, cb, timeout, repeat);
-  return timer_start(wheel_known(w), timer, cb, timeout, repeat);
+  return timer_start(wheel_known(last_wheel), timer, cb, timeout, repeat);
 }
 
 /* A stop that must apply the restart log first, or may empty the wheel. */
@@ -596,8 +650,9 @@ __attribute__((noinline)) static void stop_slow(uvtw_wheel_t *w, uvtw_timer_t *t
 
 /* A stop of a timer on another wheel than the last one. */
 __attribute__((noinline)) static void stop_switch(uvtw_timer_t *timer) {
-  last_wheel = timer->wheel_;
-  stop_slow(timer->wheel_, timer);
+  uvtw_wheel_t *w = wheel_of(timer);
+  set_last_wheel(w);
+  stop_slow(w, timer);
 }
 
 int uvtw_timer_stop(uvtw_timer_t *timer) {
@@ -605,12 +660,11 @@ int uvtw_timer_stop(uvtw_timer_t *timer) {
     return UV_EINVAL;
   if (!wheel_entry_linked(&timer->entry_))
     return 0;
-  uvtw_wheel_t *w = last_wheel;
-  if (timer->wheel_ != w) {
+  if (!is_last_wheel(timer)) {
     stop_switch(timer); /* out of line: the common path makes no call */
     return 0;
   }
-  w = wheel_known(w);
+  uvtw_wheel_t *w = wheel_known(last_wheel);
   if (w->wheel.log_len != 0 || w->wheel.count == 1) {
     stop_slow(w, timer);
     return 0;
@@ -639,8 +693,9 @@ uint64_t uvtw_timer_get_repeat(const uvtw_timer_t *timer) {
 uint64_t uvtw_timer_get_due_in(const uvtw_timer_t *timer) {
   if (!wheel_entry_linked(&timer->entry_))
     return 0;
-  uint64_t due = ms_of_ticks(timer->wheel_, timer->entry_.deadline);
-  uint64_t now = loop_now(timer->wheel_->loop);
+  const uvtw_wheel_t *w = wheel_of(timer);
+  uint64_t due = ms_of_ticks(w, timer->entry_.deadline);
+  uint64_t now = loop_now(w->loop);
   return due > now ? due - now : 0;
 }
 

@@ -104,6 +104,7 @@ static inline unsigned first_bit(uint64_t bits) {
 void wheel_init(wheel_t *w, uint64_t now) {
   w->now = now;
   w->due_limit = now;
+  w->tag = 0;
   w->count = 0;
   w->level_mask = 0;
   w->due_old_unsorted = false;

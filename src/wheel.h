@@ -29,6 +29,17 @@
 
 typedef struct uvtw__entry_s wheel_entry_t;
 
+/* An entry's tag: its wheel's id in the low WHEEL_ID_BITS (for the layer
+ * above, which maps ids to wheels; this one never changes them) and above
+ * them its start order (see wheel_t.tag). */
+#define WHEEL_ID_BITS 16
+#define WHEEL_ID_MASK ((UINT64_C(1) << WHEEL_ID_BITS) - 1)
+#define WHEEL_TAG_STEP (UINT64_C(1) << WHEEL_ID_BITS)
+
+static inline unsigned entry_wheel_id(const wheel_entry_t *entry) {
+  return (unsigned)(entry->tag & WHEEL_ID_MASK);
+}
+
 /* Restarts are logged and applied in batches (see wheel_restart). */
 #define WHEEL_LOG 64
 typedef struct wheel_log_s {
@@ -53,6 +64,7 @@ typedef void (*wheel_fire_fn)(wheel_entry_t *entry, void *ctx);
 
 typedef struct wheel_s {
   uint64_t now;          /* the wheel's time: every deadline <= now has been handed out */
+  uint64_t tag;          /* the last tag given: the id in its low bits (wheel_init: 0) */
   uint64_t due_limit;    /* an insert with deadline <= due_limit is due: handed out next pass */
   uint64_t count;        /* entries held (slots + due + firing) */
   uint32_t level_mask;   /* bit k set iff level k holds an entry */

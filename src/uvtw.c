@@ -606,6 +606,13 @@ __attribute__((always_inline)) static inline int timer_start(uvtw_wheel_t *w, uv
   if (timer->repeat_ != repeat)
     timer->repeat_ = repeat;
   w->stats.started++;
+  /* A restart to a later deadline beyond the ring: the entry stays put.
+   * The earliest deadline cannot move earlier, so nothing to re-arm. */
+  if (wheel_entry_linked(&timer->entry_) &&
+      wheel_restart_lazy(&w->wheel, &timer->entry_, deadline)) {
+    w->stats.stopped++;
+    return 0;
+  }
   bool rearming = rearm_needed(w, deadline); /* then the slow paths do it */
   if (wheel_entry_linked(&timer->entry_)) {
     /* A restart: logged, applied in a batch (wheel_restart). The wheel is

@@ -51,6 +51,17 @@
  * slot behind it, or is filed after the older one has already moved down,
  * into the slot the older one now sits in, again behind it.
  *
+ * Restarts in place: a restart of an upper-level entry to a later deadline
+ * may leave it where it is (wheel_restart_lazy), so an upper slot can hold
+ * entries due after its range, never before it: its cascade comes before
+ * their old deadlines and files them by their new ones. Their place in the
+ * list then no longer tells their start order, so every insert and restart
+ * also gives the entry a tag, a 48-bit start count; a cascade that appends
+ * an entry to a ring slot behind one with a later tag marks that slot
+ * unsorted, and an unsorted slot is sorted by tag (stable merge sort)
+ * before it fires. Every other append to a ring slot (an insert, an applied
+ * restart) carries the newest tag, so only cascades can break the order.
+ *
  * Entries inserted with a deadline <= `due_limit` (now, or during a pass the
  * time being advanced to) are due: they are handed out at the start of the
  * next pass, so a callback that restarts an entry as already due cannot make
@@ -101,6 +112,18 @@ static inline unsigned first_bit(uint64_t bits) {
   return (unsigned)__builtin_ctzll(bits);
 }
 
+static uint64_t lazy_floor_of(const wheel_t *w) {
+  uint64_t ring_end = block_of(w->now) + WHEEL_L0_SLOTS;
+  uint64_t past_due = (w->due_limit | (WHEEL_BLOCK - 1)) + 1;
+  if (past_due == 0 || ring_end < w->now)
+    return UINT64_MAX;
+  return (ring_end > past_due ? ring_end : past_due) - 1;
+}
+
+static void set_lazy_floor(wheel_t *w) {
+  w->lazy_floor = lazy_floor_of(w);
+}
+
 void wheel_init(wheel_t *w, uint64_t now) {
   w->now = now;
   w->due_limit = now;
@@ -116,18 +139,21 @@ void wheel_init(wheel_t *w, uint64_t now) {
   for (unsigned k = 0; k <= WHEEL_DUE_ROW; k++)
     w->occupied[k] = 0;
   w->occupied0_summary = 0;
+  w->log_tag = 0;
   for (unsigned k = 0; k < WHEEL_L0_WORDS; k++)
-    w->occupied0[k] = 0;
+    w->occupied0[k] = w->unsorted0[k] = 0;
   list_init(&w->due_old);
   list_init(&w->firing);
   for (size_t i = 0; i < WHEEL_SENTINELS; i++)
     list_init(&w->slots[i]);
+  set_lazy_floor(w);
 }
 
 void wheel_catch_up(wheel_t *w, uint64_t now) {
   assert(w->count == 0 && w->log_len == 0);
   if (now > w->now)
     w->now = w->due_limit = now;
+  set_lazy_floor(w);
 }
 
 static bool has_due(const wheel_t *w) {
@@ -225,15 +251,45 @@ uint64_t wheel_next_deadline_exact(wheel_t *w) {
     return UINT64_MAX;
   if (level == 0)
     return head->deadline;
+  /* An entry restarted in place (wheel_restart_lazy) may sit in an earlier
+   * upper slot than its deadline's, so later slots are scanned too, until
+   * one starts at or after the smallest deadline found so far. */
   uint64_t min = UINT64_MAX;
-  for (const wheel_entry_t *e = head->next; e != head; e = e->next)
-    if (e->deadline < min)
-      min = e->deadline;
+  uint64_t horizon = block_of(w->now) + WHEEL_BLOCK;
+  for (; level < WHEEL_LEVELS; level++) {
+    for (uint64_t bits = w->occupied[level]; bits != 0; bits &= bits - 1) {
+      slot = first_bit(bits);
+      if (slot_start(horizon, level, slot) >= min)
+        return min;
+      head = &w->slots[slot_index(level, slot)];
+      for (const wheel_entry_t *e = head->next; e != head; e = e->next)
+        if (e->deadline < min)
+          min = e->deadline;
+    }
+  }
   return min;
 }
 
 /* Files again every entry of an upper-level slot that starts at w->now.
  * No callback runs here, so the detached chain can be walked directly. */
+/* file_entry for a cascade: entries come in list order, which need not be
+ * start order (a restart may leave an upper-level entry where it is); a
+ * ring slot whose list goes out of start order is marked to be sorted. */
+static inline void cascade_entry(wheel_t *w, wheel_entry_t *entry) {
+  unsigned level = level_of(entry->deadline, w->now);
+  unsigned slot = slot_of(entry->deadline, level);
+  wheel_entry_t *head = &w->slots[slot_index(level, slot)];
+  if (list_empty(head)) {
+    wheel_file_first(w, entry, level, slot);
+    return;
+  }
+  if (level == 0 && tag_before(entry->tag, head->prev->tag))
+    w->unsorted0[slot / 64] |= UINT64_C(1) << (slot % 64);
+  if (entry->deadline < head->deadline)
+    head->deadline = entry->deadline;
+  list_append(head, entry);
+}
+
 static void cascade(wheel_t *w, wheel_entry_t *head) {
   wheel_entry_t *entry = head->next;
   head->prev->next = NULL;
@@ -241,17 +297,21 @@ static void cascade(wheel_t *w, wheel_entry_t *head) {
   while (entry != NULL) {
     wheel_entry_t *next = entry->next;
     entry->next = NULL;
-    file_entry(w, entry); /* its deadline is at least a block away */
+    cascade_entry(w, entry); /* its deadline is at least a block away */
     w->cascaded++;
     entry = next;
   }
 }
 
-static wheel_entry_t *merge_sorted(wheel_entry_t *a, wheel_entry_t *b) {
+static inline bool before(const wheel_entry_t *b, const wheel_entry_t *a, bool by_tag) {
+  return by_tag ? tag_before(b->tag, a->tag) : b->deadline < a->deadline;
+}
+
+static inline wheel_entry_t *merge_sorted(wheel_entry_t *a, wheel_entry_t *b, bool by_tag) {
   wheel_entry_t head;
   wheel_entry_t *tail = &head;
   while (a != NULL && b != NULL) {
-    if (b->deadline < a->deadline) { /* ties take `a`, the earlier: stable */
+    if (before(b, a, by_tag)) { /* ties take `a`, the earlier: stable */
       tail->next = b;
       b = b->next;
     } else {
@@ -266,7 +326,7 @@ static wheel_entry_t *merge_sorted(wheel_entry_t *a, wheel_entry_t *b) {
 
 /* Stable bottom-up merge sort of a list by deadline, O(n log n), no memory:
  * bins[i] holds a sorted run of 2^i entries that came before any later bin's. */
-static void sort_list(wheel_entry_t *head) {
+static inline void sort_list(wheel_entry_t *head, bool by_tag) {
   if (list_empty(head))
     return; /* its entries were removed after it was marked unsorted */
   wheel_entry_t *bins[64] = {0};
@@ -278,7 +338,7 @@ static void sort_list(wheel_entry_t *head) {
     carry->next = NULL;
     unsigned i = 0;
     for (; bins[i] != NULL; i++) {
-      carry = merge_sorted(bins[i], carry);
+      carry = merge_sorted(bins[i], carry, by_tag);
       bins[i] = NULL;
     }
     bins[i] = carry;
@@ -286,7 +346,7 @@ static void sort_list(wheel_entry_t *head) {
   wheel_entry_t *sorted = NULL;
   for (unsigned i = 0; i < 64; i++)
     if (bins[i] != NULL)
-      sorted = merge_sorted(bins[i], sorted);
+      sorted = merge_sorted(bins[i], sorted, by_tag);
   list_init(head);
   while (sorted != NULL) {
     wheel_entry_t *next = sorted->next;
@@ -299,7 +359,7 @@ static void sort_list(wheel_entry_t *head) {
  * the sorted old list, then the buckets from due_limit - 63 to due_limit. */
 static void take_due(wheel_t *w) {
   if (w->due_old_unsorted)
-    sort_list(&w->due_old);
+    sort_list(&w->due_old, false);
   w->due_old_unsorted = false;
   list_splice_tail(&w->firing, &w->due_old);
   uint64_t bits = w->occupied[WHEEL_DUE_ROW];
@@ -424,6 +484,7 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
   wheel_sync(w);
   take_due(w); /* before due_limit moves: it orders the buckets */
   w->due_limit = now;
+  set_lazy_floor(w);
   fired += fire_list(w, fire, ctx, NULL);
 
   /* In time order: fire the ring's earliest slot at its deadline, or
@@ -447,11 +508,15 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
         break;
       const wheel_warm_t *plan = warm_ring(w, ring_at);
       w->now = ring_at;
+      set_lazy_floor(w);
+      if (w->unsorted0[ring_slot / 64] & (UINT64_C(1) << (ring_slot % 64)))
+        sort_list(&w->slots[ring_slot], true);
       mark_slot_empty(w, ring_slot);
       list_splice_tail(&w->firing, &w->slots[ring_slot]);
       fired += fire_list(w, fire, ctx, plan);
     } else if (upper && upper_at <= now) {
       w->now = upper_at;
+      set_lazy_floor(w);
       size_t index = slot_index(level, slot);
       mark_slot_empty(w, index);
       cascade(w, &w->slots[index]);
@@ -461,6 +526,7 @@ size_t wheel_advance(wheel_t *w, uint64_t now, wheel_fire_fn fire, void *ctx) {
   }
 
   w->now = now;
+  set_lazy_floor(w);
   return fired;
 }
 
@@ -485,6 +551,8 @@ void wheel_clear(wheel_t *w, wheel_fire_fn drop, void *ctx) {
     }
   }
   w->level_mask = 0;
+  for (unsigned k = 0; k < WHEEL_L0_WORDS; k++)
+    w->unsorted0[k] = 0;
   fire_list(w, drop, ctx, NULL);
 }
 
@@ -529,6 +597,11 @@ const char *wheel_check(const wheel_t *w, bool every_slot) {
   }
   if (w->occupied[0] != 0)
     return "the unused row-0 bitmap is set";
+  if (w->lazy_floor != lazy_floor_of(w))
+    return "lazy_floor is stale";
+  for (unsigned word = 0; word < WHEEL_L0_WORDS; word++)
+    if (w->unsorted0[word] & ~w->occupied0[word])
+      return "an empty ring slot is marked unsorted";
   for (unsigned word = 0; word < WHEEL_L0_WORDS; word++)
     if ((w->occupied0[word] != 0) != ((w->occupied0_summary >> word) & 1))
       return "level 0's summary disagrees with its bitmap";
@@ -555,12 +628,20 @@ const char *wheel_check(const wheel_t *w, bool every_slot) {
         continue;
       levels |= UINT32_C(1) << level;
       seen += (uint64_t)n;
+      bool in_order = level == 0 && !((w->unsorted0[slot / 64] >> (slot % 64)) & 1);
+      const wheel_entry_t *last = NULL; /* the last entry not logged */
       for (const wheel_entry_t *e = head->next; e != head; e = e->next) {
         const char *bad = NULL;
         if (e->deadline <= w->now)
           bad = "an entry in a slot is not after the wheel's time";
-        else if (level_of(e->deadline, w->now) != level || slot_of(e->deadline, level) != slot)
-          bad = "an entry is filed in the wrong slot";
+        else if (level == 0 && (level_of(e->deadline, w->now) != 0 || slot_of(e->deadline, 0) != slot))
+          bad = "an entry is filed in the wrong ring slot";
+        else if (level != 0 && e->deadline < slot_start(block_of(w->now) + WHEEL_BLOCK, level, slot))
+          bad = "an entry is filed in a later slot than its deadline's"; /* it would fire late */
+        else if (in_order && last != NULL && !logged(w, e) && !tag_before(last->tag, e->tag))
+          bad = "a ring slot not marked unsorted is out of start order";
+        if (!logged(w, e))
+          last = e;
         else if (e->deadline < head->deadline)
           bad = "a slot's minimum is above one of its entries";
         else if (level == 0 && e->deadline != head->deadline)

@@ -40,6 +40,13 @@ static inline unsigned entry_wheel_id(const wheel_entry_t *entry) {
   return (unsigned)(entry->tag & WHEEL_ID_MASK);
 }
 
+/* Whether tag `a` was given before tag `b` (tags of one wheel). The start
+ * order is a 48-bit count that wraps: two tags compare right while fewer
+ * than 2^47 starts lie between them. */
+static inline bool tag_before(uint64_t a, uint64_t b) {
+  return (int64_t)(a - b) < 0;
+}
+
 /* Restarts are logged and applied in batches (see wheel_restart). */
 #define WHEEL_LOG 64
 typedef struct wheel_log_s {
@@ -65,6 +72,9 @@ typedef void (*wheel_fire_fn)(wheel_entry_t *entry, void *ctx);
 typedef struct wheel_s {
   uint64_t now;          /* the wheel's time: every deadline <= now has been handed out */
   uint64_t tag;          /* the last tag given: the id in its low bits (wheel_init: 0) */
+  uint64_t lazy_floor;   /* a restart of an entry whose deadline is above this, to a
+                            later one, leaves it where it is (wheel_restart_lazy) */
+  uint64_t log_tag;      /* the tag of the oldest logged restart */
   uint64_t due_limit;    /* an insert with deadline <= due_limit is due: handed out next pass */
   uint64_t count;        /* entries held (slots + due + firing) */
   uint32_t level_mask;   /* bit k set iff level k holds an entry */
@@ -74,6 +84,7 @@ typedef struct wheel_s {
   uint64_t warmed;       /* ring slots before this tick were walked ahead of time */
   uint64_t occupied0_summary;          /* bit i set iff occupied0[i] != 0 */
   uint64_t occupied0[WHEEL_L0_WORDS];  /* level 0, a bit per slot */
+  uint64_t unsorted0[WHEEL_L0_WORDS];  /* ring slots whose lists may be out of start order */
   uint64_t occupied[WHEEL_LEVELS + 1]; /* [1..]: upper levels; [WHEEL_DUE_ROW]: due buckets */
   wheel_entry_t due_old; /* due entries more than 63 ticks before due_limit */
   wheel_entry_t firing;  /* entries being handed out by the current pass */
@@ -202,6 +213,7 @@ static inline void mark_slot_empty(wheel_t *w, size_t index) {
   if (index < WHEEL_L0_SLOTS) {
     size_t word = index / 64;
     w->occupied0[word] &= ~(UINT64_C(1) << (index % 64));
+    w->unsorted0[word] &= ~(UINT64_C(1) << (index % 64));
     if (w->occupied0[word] == 0) {
       w->occupied0_summary &= ~(UINT64_C(1) << word);
       if (w->occupied0_summary == 0)
@@ -260,6 +272,7 @@ static inline void insert_due(wheel_t *w, wheel_entry_t *entry) {
 static inline void wheel_insert_now(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
   assert(w->log_len == 0);
   entry->deadline = deadline;
+  entry->tag = w->tag += WHEEL_TAG_STEP;
   w->count++;
   if (deadline <= w->due_limit)
     insert_due(w, entry);
@@ -331,6 +344,9 @@ static inline void wheel_move_now(wheel_t *w, wheel_entry_t *entry, uint64_t dea
 static inline void wheel_restart(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
   assert(wheel_entry_linked(entry));
   entry->deadline = deadline;
+  entry->tag = w->tag += WHEEL_TAG_STEP;
+  if (w->log_len == 0)
+    w->log_tag = entry->tag;
   __builtin_prefetch(entry->next, 1);
   __builtin_prefetch(entry->prev, 1);
   wheel_log_t *record = &w->log[w->log_len];
@@ -338,6 +354,28 @@ static inline void wheel_restart(wheel_t *w, wheel_entry_t *entry, uint64_t dead
   record->deadline = deadline;
   if (++w->log_len == WHEEL_LOG)
     wheel_flush(w);
+}
+
+/* Restarts `entry`, which is in this wheel, to fire at `deadline`, without
+ * moving it, if it can: if both its deadline and `deadline` are beyond the
+ * ring and what is due (above lazy_floor), `deadline` is not earlier, and
+ * the entry's last restart is not still in the log. It then stays in its
+ * upper-level slot, which is cascaded before its old deadline and so
+ * before the new one, and is filed by its new deadline then; its slot's
+ * minimum stays a lower bound. Its new tag keeps FIFO: a ring slot that a
+ * cascade fills out of tag order is sorted before it fires. Returns whether
+ * it did; if not, nothing changed. Touches only the entry: the restart
+ * that pushes an idle timeout back costs one cache miss, not the three of
+ * an unlink and append. O(1). */
+static inline bool wheel_restart_lazy(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
+  uint64_t old = entry->deadline;
+  if (old > w->lazy_floor && old <= deadline &&
+      (w->log_len == 0 || tag_before(entry->tag, w->log_tag))) {
+    entry->deadline = deadline;
+    entry->tag = w->tag += WHEEL_TAG_STEP;
+    return true;
+  }
+  return false;
 }
 
 /* Whether the next wheel_restart will not apply the log (no call made). */

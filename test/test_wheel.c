@@ -121,12 +121,44 @@ static void model_remove(item_t *it) {
   wheel_remove(&wheel, &it->entry);
 }
 
-/* A restart through the log: to the model, a remove and an insert. */
+/* A restart as uvtw_timer_start makes it: in place if the wheel can
+ * (wheel_restart_lazy), else through the log. To the model, a remove and
+ * an insert either way. */
+static uint64_t lazy_restarts;
 static void model_restart(item_t *it, uint64_t deadline) {
   it->deadline = deadline;
   it->seq = seq_counter++;
   it->pass = pass_counter;
-  wheel_restart(&wheel, &it->entry, deadline);
+  if (wheel_restart_lazy(&wheel, &it->entry, deadline))
+    lazy_restarts++;
+  else
+    wheel_restart(&wheel, &it->entry, deadline);
+}
+
+/* A later deadline for an active entry, as an idle timeout pushed back:
+ * often equal to another entry's, often in a later upper slot. */
+static uint64_t bumped_deadline(const item_t *it, uint64_t now) {
+  switch (rnd_below(4)) {
+  case 0: { /* equal to another active entry's, if that is later */
+    const item_t *other = &items[rnd_below(MAX_ENTRIES)];
+    if (other->active && other->deadline >= it->deadline)
+      return other->deadline;
+    break;
+  }
+  case 1: /* a few ticks on */
+    if (it->deadline < UINT64_MAX - 8)
+      return it->deadline + rnd_below(8);
+    break;
+  case 2: /* the same timeout from now, as a server re-arms it */
+    if (now < UINT64_MAX - 5000)
+      return now + 5000 + rnd_below(3);
+    break;
+  default: /* up to two upper slots on */
+    if (it->deadline < UINT64_MAX - 2 * WHEEL_L0_SLOTS)
+      return it->deadline + rnd_below(2 * WHEEL_L0_SLOTS);
+    break;
+  }
+  return random_deadline(now);
 }
 
 /* The entry the model says must fire next in this pass, or NULL. */
@@ -156,7 +188,7 @@ static uint64_t model_min_deadline(void) {
 static void random_operation(uint64_t now) {
   item_t *it = &items[rnd_below(MAX_ENTRIES)];
   if (it->active) {
-    switch (rnd_below(12)) {
+    switch (rnd_below(13)) {
     case 0: case 1: case 2: case 3: case 4: case 5:
       model_remove(it);
       break;
@@ -169,6 +201,13 @@ static void random_operation(uint64_t now) {
         item_t *other = &items[rnd_below(MAX_ENTRIES)];
         if (other->active)
           model_restart(other, rnd_below(4) == 0 ? now + rnd_below(3) : random_deadline(now));
+      }
+      break;
+    case 9: /* a burst of idle timeouts pushed back, mostly in place */
+      for (uint64_t n = rnd_below(2 * WHEEL_LOG + 10); n > 0; n--) {
+        item_t *other = &items[rnd_below(MAX_ENTRIES)];
+        if (other->active)
+          model_restart(other, bumped_deadline(other, now));
       }
       break;
     default:
@@ -280,7 +319,7 @@ static bool check_step(uint64_t step) {
 
 static bool run_model(uint64_t seed, uint64_t steps, uint64_t start) {
   memset(items, 0, sizeof items);
-  seq_counter = pass_counter = fired_total = 0;
+  seq_counter = pass_counter = fired_total = lazy_restarts = 0;
   failed = false;
   rng_state = seed ? seed : 1;
   wheel_init(&wheel, start);
@@ -506,6 +545,62 @@ static void test_restart_log(void) {
   tap_ok(wheel_check(&wheel, true) == NULL, "invariants hold after a full log was applied");
 }
 
+/* Restarts that leave an entry where it is (wheel_restart_lazy). */
+static void test_restart_in_place(void) {
+  static item_t a, b, c, e, f, g;
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  memset(&c, 0, sizeof c);
+  wheel_init(&wheel, 0);
+  /* Level 1 (the ring ends at 4096): one 2048-tick slot, in start order. */
+  wheel_insert(&wheel, &a.entry, 10000);
+  wheel_insert(&wheel, &b.entry, 10005);
+  wheel_insert(&wheel, &c.entry, 10010);
+  tap_ok(wheel_restart_lazy(&wheel, &a.entry, 10010), "a restart to a later upper-level deadline stays in place");
+  tap_ok(wheel_restart_lazy(&wheel, &b.entry, 10010), "so does a second one, to the same deadline");
+  tap_ok(a.entry.next == &b.entry && b.entry.next == &c.entry,
+         "the list keeps its order: the entries were not moved");
+  tap_ok(!wheel_restart_lazy(&wheel, &c.entry, 10001) && c.entry.deadline == 10010,
+         "a restart to an earlier deadline is refused and changes nothing");
+  tap_ok(wheel_check(&wheel, true) == NULL, "invariants hold with entries restarted in place");
+  fired_count = 0;
+  wheel_advance(&wheel, 10009, record_fire, NULL);
+  TAP_EQ(fired_count, 0, "nothing fires before the new deadline");
+  wheel_advance(&wheel, 10010, record_fire, NULL);
+  tap_ok(fired_count == 3 && fired_order[0] == &c && fired_order[1] == &a && fired_order[2] == &b,
+         "equal deadlines fire in start order: the entry not restarted, then the restarts in turn");
+
+  /* Restarted in place to a later slot than its own: the exact next
+   * deadline must look past the slot it sits in. */
+  memset(&e, 0, sizeof e);
+  memset(&f, 0, sizeof f);
+  memset(&g, 0, sizeof g);
+  wheel_init(&wheel, 0);
+  wheel_insert(&wheel, &e.entry, 5000); /* level 1, slot 2: [4096, 6144) */
+  tap_ok(wheel_restart_lazy(&wheel, &e.entry, 7000), "a restart into the next upper slot stays in place");
+  wheel_insert(&wheel, &f.entry, 6500); /* slot 3 */
+  wheel_insert(&wheel, &g.entry, 7000); /* slot 3, the same deadline as e, started later */
+  TAP_EQ(wheel_next_deadline_exact(&wheel), 6500, "the exact next deadline is in the later slot");
+  tap_ok(wheel_next_deadline(&wheel) <= 6500, "the cheap next deadline stays a lower bound");
+  tap_ok(wheel_check(&wheel, true) == NULL, "invariants hold with an entry in an earlier slot than its deadline's");
+  fired_count = 0;
+  wheel_advance(&wheel, 7000, record_fire, NULL);
+  tap_ok(fired_count == 3 && fired_order[0] == &f && fired_order[1] == &e && fired_order[2] == &g,
+         "after both cascades, deadlines in order and FIFO between e and g");
+  TAP_EQ(wheel.count, 0, "every entry fired");
+
+  /* Not in place: ring entries, and entries whose restart is still logged. */
+  memset(&a, 0, sizeof a);
+  memset(&b, 0, sizeof b);
+  wheel_init(&wheel, 0);
+  wheel_insert(&wheel, &a.entry, 100);
+  wheel_insert(&wheel, &b.entry, 9000);
+  tap_ok(!wheel_restart_lazy(&wheel, &a.entry, 200), "a ring entry is not restarted in place");
+  wheel_restart(&wheel, &b.entry, 9100);
+  tap_ok(!wheel_restart_lazy(&wheel, &b.entry, 9200) && b.entry.deadline == 9100,
+         "nor is an entry whose last restart is still in the log");
+}
+
 int main(void) {
   const char *env_steps = getenv("UVTW_MODEL_STEPS");
   const char *env_seed = getenv("UVTW_MODEL_SEED");
@@ -515,6 +610,7 @@ int main(void) {
   test_basics();
   test_restart_log();
   test_warm_plans();
+  test_restart_in_place();
 
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -530,6 +626,8 @@ int main(void) {
       tap_diag("%s", failure);
     tap_ok(fired_total > steps / 3, "model run %d fired a meaningful number of entries (%" PRIu64 ")",
            i, fired_total);
+    tap_ok(lazy_restarts > steps / 30, "model run %d restarted entries in place (%" PRIu64 " times)",
+           i, lazy_restarts);
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   tap_diag("model: %" PRIu64 " steps in %.2f s", steps,

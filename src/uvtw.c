@@ -623,8 +623,13 @@ __attribute__((always_inline)) static inline int timer_start(uvtw_wheel_t *w, uv
     wheel_restart(&w->wheel, &timer->entry_, deadline);
     return 0;
   }
+  /* A start right after this timer's stop: one operation, which may leave
+   * the entry where it was. */
+  if (wheel_reinsert(&w->wheel, &timer->entry_, deadline))
+    return 0; /* no earlier than before: nothing to re-arm */
   if (rearming || w->wheel.log_len != 0 || w->wheel.count == 0)
     return insert_slow(w, timer, deadline);
+  wheel_apply_removed(&w->wheel);
   wheel_insert_now(&w->wheel, &timer->entry_, deadline);
   return 0;
 }
@@ -676,7 +681,9 @@ int uvtw_timer_stop(uvtw_timer_t *timer) {
     stop_slow(w, timer);
     return 0;
   }
-  wheel_remove_now(&w->wheel, &timer->entry_);
+  /* Its neighbours are joined at the next operation, unless that is a
+   * start of this timer (wheel_reinsert). */
+  wheel_remove_deferred(&w->wheel, &timer->entry_);
   w->stats.stopped++;
   return 0;
 }

@@ -133,6 +133,7 @@ void wheel_init(wheel_t *w, uint64_t now) {
   w->due_old_unsorted = false;
   w->cascaded = 0;
   w->log_len = 0;
+  w->removed = w->removed_prev = w->removed_next = NULL;
   w->warmed = 0;
   for (unsigned k = 0; k < WHEEL_WARM_SLOTS; k++)
     w->warm[k].tick = UINT64_MAX;
@@ -150,7 +151,7 @@ void wheel_init(wheel_t *w, uint64_t now) {
 }
 
 void wheel_catch_up(wheel_t *w, uint64_t now) {
-  assert(w->count == 0 && w->log_len == 0);
+  assert(w->count == 0 && !wheel_deferred(w));
   if (now > w->now)
     w->now = w->due_limit = now;
   set_lazy_floor(w);
@@ -219,6 +220,7 @@ void wheel_file_first(wheel_t *w, wheel_entry_t *entry, unsigned level, unsigned
 }
 
 void wheel_flush(wheel_t *w) {
+  wheel_apply_removed(w); /* older than any logged restart: a removal syncs first */
   uint32_t n = w->log_len;
   bool to_old = false;
   w->log_len = 0;
@@ -557,11 +559,22 @@ void wheel_clear(wheel_t *w, wheel_fire_fn drop, void *ctx) {
 }
 
 /* Walks one list, checking its links; returns entries seen or -1. */
-static int64_t check_list(const wheel_entry_t *head, uint64_t limit) {
+/* The entry after `e` in its list, as the list stands once the deferred
+ * removal is applied... except that the removed entry itself is still
+ * walked (it reads as unlinked; its neighbours still point to it). */
+static const wheel_entry_t *next_of(const wheel_t *w, const wheel_entry_t *e) {
+  return e == w->removed ? w->removed_next : e->next;
+}
+
+/* Walks one list, checking its links; returns the entries seen (a
+ * deferred removal among them) or -1. */
+static int64_t check_list(const wheel_t *w, const wheel_entry_t *head, uint64_t limit) {
   int64_t n = 0;
   const wheel_entry_t *prev = head;
-  for (const wheel_entry_t *e = head->next; e != head; e = e->next) {
+  for (const wheel_entry_t *e = head->next; e != head; e = next_of(w, e)) {
     if (e == NULL || e->prev != prev || (uint64_t)n > limit)
+      return -1;
+    if (e == w->removed && (e->next != NULL || e->prev != w->removed_prev))
       return -1;
     prev = e;
     n++;
@@ -619,7 +632,7 @@ const char *wheel_check(const wheel_t *w, bool every_slot) {
       bool bit = (*word >> (slot % 64)) & 1;
       if (!bit && (!every_slot || (head->next == head && head->prev == head)))
         continue;
-      int64_t n = check_list(head, w->count);
+      int64_t n = check_list(w, head, w->count);
       if (n < 0)
         return "broken links in a slot list";
       if ((n > 0) != bit)
@@ -630,7 +643,7 @@ const char *wheel_check(const wheel_t *w, bool every_slot) {
       seen += (uint64_t)n;
       bool in_order = level == 0 && !((w->unsorted0[slot / 64] >> (slot % 64)) & 1);
       const wheel_entry_t *last = NULL; /* the last entry not logged */
-      for (const wheel_entry_t *e = head->next; e != head; e = e->next) {
+      for (const wheel_entry_t *e = head->next; e != head; e = next_of(w, e)) {
         const char *bad = NULL;
         if (e->deadline <= w->now)
           bad = "an entry in a slot is not after the wheel's time";
@@ -638,15 +651,15 @@ const char *wheel_check(const wheel_t *w, bool every_slot) {
           bad = "an entry is filed in the wrong ring slot";
         else if (level != 0 && e->deadline < slot_start(block_of(w->now) + WHEEL_BLOCK, level, slot))
           bad = "an entry is filed in a later slot than its deadline's"; /* it would fire late */
-        else if (in_order && last != NULL && !logged(w, e) && !tag_before(last->tag, e->tag))
+        else if (in_order && last != NULL && !logged(w, e) && e != w->removed && !tag_before(last->tag, e->tag))
           bad = "a ring slot not marked unsorted is out of start order";
-        if (!logged(w, e))
+        if (!logged(w, e) && e != w->removed)
           last = e;
         else if (e->deadline < head->deadline)
           bad = "a slot's minimum is above one of its entries";
         else if (level == 0 && e->deadline != head->deadline)
           bad = "a level-0 slot holds two deadlines";
-        if (bad != NULL && !logged(w, e)) /* a logged entry may sit anywhere */
+        if (bad != NULL && !logged(w, e) && e != w->removed) /* a logged entry may sit anywhere */
           return bad;
       }
     }
@@ -656,25 +669,25 @@ const char *wheel_check(const wheel_t *w, bool every_slot) {
 
   for (unsigned bucket = 0; bucket < WHEEL_SLOTS; bucket++) {
     const wheel_entry_t *head = &w->slots[WHEEL_ROW_BASE(WHEEL_DUE_ROW) + bucket];
-    int64_t n = check_list(head, w->count);
+    int64_t n = check_list(w, head, w->count);
     if (n < 0)
       return "broken links in a due bucket";
     if ((n > 0) != ((w->occupied[WHEEL_DUE_ROW] >> bucket) & 1))
       return "occupancy bit disagrees with a due bucket";
     seen += (uint64_t)n;
-    for (const wheel_entry_t *e = head->next; e != head; e = e->next)
+    for (const wheel_entry_t *e = head->next; e != head; e = next_of(w, e))
       if ((e->deadline > w->due_limit || w->due_limit - e->deadline >= WHEEL_SLOTS ||
            (e->deadline & (WHEEL_SLOTS - 1)) != bucket) &&
-          !logged(w, e))
+          !logged(w, e) && e != w->removed)
         return "an entry is in the wrong due bucket";
   }
-  int64_t n = check_list(&w->due_old, w->count);
+  int64_t n = check_list(w, &w->due_old, w->count);
   if (n < 0)
     return "broken links in the old due list";
   seen += (uint64_t)n;
   const wheel_entry_t *before = NULL; /* the last entry not logged */
-  for (const wheel_entry_t *e = w->due_old.next; e != &w->due_old; e = e->next) {
-    if (w->log_len != 0 && logged(w, e))
+  for (const wheel_entry_t *e = w->due_old.next; e != &w->due_old; e = next_of(w, e)) {
+    if ((w->log_len != 0 && logged(w, e)) || e == w->removed)
       continue;
     if (e->deadline > w->due_limit || w->due_limit - e->deadline < WHEEL_SLOTS)
       return "an entry in the old due list is not old";
@@ -682,11 +695,13 @@ const char *wheel_check(const wheel_t *w, bool every_slot) {
       return "the old due list is out of order but not marked so";
     before = e;
   }
-  n = check_list(&w->firing, w->count);
+  n = check_list(w, &w->firing, w->count);
   if (n < 0)
     return "broken links in the firing list";
   seen += (uint64_t)n;
-  if (seen != w->count)
+  if (w->removed != NULL && (w->removed_prev->next != w->removed || w->removed_next->prev != w->removed))
+    return "a deferred removal's neighbours let go of it";
+  if (seen != w->count + (w->removed != NULL))
     return "count disagrees with the entries held";
   return NULL;
 }

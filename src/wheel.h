@@ -81,6 +81,12 @@ typedef struct wheel_s {
   bool due_old_unsorted; /* `due_old` may be out of deadline order */
   uint64_t cascaded;     /* entries moved down a level, for stats */
   uint32_t log_len;      /* restarts logged, not yet applied */
+  /* A removal not yet applied (wheel_remove_deferred), or NULL: the entry
+   * reads as unlinked and is never touched again, but its old neighbours
+   * still point to it until the next operation joins them. */
+  wheel_entry_t *removed;
+  wheel_entry_t *removed_prev;
+  wheel_entry_t *removed_next;
   uint64_t warmed;       /* ring slots before this tick were walked ahead of time */
   uint64_t occupied0_summary;          /* bit i set iff occupied0[i] != 0 */
   uint64_t occupied0[WHEEL_L0_WORDS];  /* level 0, a bit per slot */
@@ -109,12 +115,18 @@ static inline bool wheel_entry_linked(const wheel_entry_t *entry) {
   return entry->next != NULL;
 }
 
-/* Applies every logged restart, in order (see wheel_restart). Every other
- * operation does this first, so none of them sees the log. */
+/* Applies the deferred removal, then every logged restart, in order (see
+ * wheel_remove_deferred and wheel_restart). Every other operation does
+ * this first, so none of them sees either. */
 void wheel_flush(wheel_t *w);
 
+/* Whether a removal or restarts wait to be applied. */
+static inline bool wheel_deferred(const wheel_t *w) {
+  return (w->log_len != 0) | (w->removed != NULL);
+}
+
 static inline void wheel_sync(wheel_t *w) {
-  if (w->log_len != 0)
+  if (wheel_deferred(w))
     wheel_flush(w);
 }
 
@@ -270,7 +282,7 @@ static inline void insert_due(wheel_t *w, wheel_entry_t *entry) {
 
 /* wheel_insert without applying the log first: only when it is empty. */
 static inline void wheel_insert_now(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
-  assert(w->log_len == 0);
+  assert(!wheel_deferred(w));
   entry->deadline = deadline;
   entry->tag = w->tag += WHEEL_TAG_STEP;
   w->count++;
@@ -288,20 +300,55 @@ static inline void wheel_insert(wheel_t *w, wheel_entry_t *entry, uint64_t deadl
   wheel_insert_now(w, entry, deadline);
 }
 
-/* wheel_remove without applying the log first: only when it is empty. */
-static inline void wheel_remove_now(wheel_t *w, wheel_entry_t *entry) {
-  assert(w->log_len == 0);
-  wheel_entry_t *next = entry->next;
-  wheel_entry_t *prev = entry->prev;
-  assert(next != NULL);
-  list_unlink(entry);
-  w->count--;
+/* Joins the two neighbours an entry was unlinked from. */
+static inline void join_neighbours(wheel_t *w, wheel_entry_t *prev, wheel_entry_t *next) {
+  prev->next = next;
+  next->prev = prev;
   if (next == prev) {
     /* The list is now empty and `next` is its sentinel. */
     uintptr_t offset = (uintptr_t)next - (uintptr_t)w->slots;
     if (offset < sizeof w->slots)
       mark_slot_empty(w, offset / sizeof(wheel_entry_t));
   }
+}
+
+/* Applies the deferred removal, if any. */
+static inline void wheel_apply_removed(wheel_t *w) {
+  if (w->removed != NULL) {
+    join_neighbours(w, w->removed_prev, w->removed_next);
+    w->removed = NULL;
+  }
+}
+
+/* wheel_remove without applying the log first: only when it is empty. */
+static inline void wheel_remove_now(wheel_t *w, wheel_entry_t *entry) {
+  assert(!wheel_deferred(w));
+  wheel_entry_t *next = entry->next;
+  wheel_entry_t *prev = entry->prev;
+  assert(next != NULL);
+  entry->next = NULL;
+  w->count--;
+  join_neighbours(w, prev, next);
+}
+
+/* Takes `entry` out of the wheel, as wheel_remove, but joins its neighbours
+ * later: at the next operation, which may be an insert of this same entry
+ * that may put it back where it was (wheel_reinsert). From the return
+ * on, the entry is not linked and the wheel never reads or writes it again;
+ * its neighbours are prefetched, to be joined while other work goes on.
+ * The log must be empty. O(1). */
+static inline void wheel_remove_deferred(wheel_t *w, wheel_entry_t *entry) {
+  assert(w->log_len == 0 && wheel_entry_linked(entry));
+  wheel_apply_removed(w);
+  wheel_entry_t *next = entry->next;
+  wheel_entry_t *prev = entry->prev;
+  __builtin_prefetch(next, 1);
+  __builtin_prefetch(prev, 1);
+  w->removed = entry;
+  w->removed_next = next;
+  w->removed_prev = prev;
+  entry->next = NULL;
+  w->count--;
 }
 
 /* Takes `entry` out of the wheel. O(1). It must be in this wheel. */
@@ -373,6 +420,28 @@ static inline bool wheel_restart_lazy(wheel_t *w, wheel_entry_t *entry, uint64_t
       (w->log_len == 0 || tag_before(entry->tag, w->log_tag))) {
     entry->deadline = deadline;
     entry->tag = w->tag += WHEEL_TAG_STEP;
+    return true;
+  }
+  return false;
+}
+
+/* Inserts `entry`, the last one removed by wheel_remove_deferred (still not
+ * applied), to fire at `deadline`, by putting it back where it was, if it
+ * can: as wheel_restart_lazy, if its old deadline is beyond the ring and
+ * what is due and `deadline` is not earlier. Its old neighbours never let
+ * go of it, so a timer's stop and start then touch only the timer. Returns
+ * whether it did; if not, nothing changed (wheel_insert does it). O(1). */
+static inline bool wheel_reinsert(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
+  if (entry != w->removed)
+    return false;
+  uint64_t old = entry->deadline;
+  if (old > w->lazy_floor && old <= deadline) {
+    entry->next = w->removed_next;
+    entry->prev = w->removed_prev;
+    w->removed = NULL;
+    entry->deadline = deadline;
+    entry->tag = w->tag += WHEEL_TAG_STEP;
+    w->count++;
     return true;
   }
   return false;

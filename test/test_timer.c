@@ -2515,6 +2515,107 @@ static void test_prefetch_hints_to_freed_timers(void) {
   loop_finish(&loop, T);
 }
 
+/* The same order rules past the ring (timeouts over 4.1 s), where a
+ * restart to a later deadline leaves the entry in place, and so does a
+ * stop followed by a start of the same timer; the stops' memory is
+ * scribbled over and freed at once (ASan and Valgrind see any later use).
+ * Takes about 4.3 s of loop time. */
+enum { IP_N = 240 };
+static uvtw_timer_t *ip_timers[IP_N];
+static int ip_order[IP_N + 8], ip_fired;
+
+static void ip_cb(uvtw_timer_t *timer) {
+  if (ip_fired < IP_N + 8)
+    ip_order[ip_fired] = (int)(intptr_t)timer->data;
+  ip_fired++;
+}
+
+static void test_in_place_order_past_the_ring(void) {
+  const char *T = "in-place restarts";
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel;
+  int expect[IP_N], n_expect = 0;
+  bool freed[IP_N] = {false};
+
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
+    return;
+  ip_fired = 0;
+  uv_update_time(&loop);
+  for (int i = 0; i < IP_N; i++) {
+    ip_timers[i] = malloc(sizeof(uvtw_timer_t));
+    if (ip_timers[i] == NULL) {
+      printf("Bail out! out of memory\n");
+      exit(1);
+    }
+    uvtw_timer_init(wheel, ip_timers[i]);
+    ip_timers[i]->data = (void *)(intptr_t)i;
+    uvtw_timer_start(ip_timers[i], ip_cb, 4200 + (uint64_t)(i % 7) * 10, 0);
+  }
+  /* From the middle out, so that list order and start order differ:
+   * restarts, stop+start pairs, and stops whose memory is freed at once,
+   * all to (or from) one deadline, 4300 ms. */
+  for (int k = 0; k < IP_N; k++) {
+    int i = (k % 2 == 0 ? IP_N / 2 + k / 2 : IP_N / 2 - 1 - k / 2);
+    switch (k % 4) {
+    case 0:
+      uvtw_timer_start(ip_timers[i], ip_cb, 4300, 0);
+      break;
+    case 1:
+    case 2:
+      uvtw_timer_stop(ip_timers[i]);
+      uvtw_timer_start(ip_timers[i], ip_cb, 4300, 0);
+      break;
+    default:
+      uvtw_timer_stop(ip_timers[i]);
+      memset(ip_timers[i], 0x5A, sizeof(uvtw_timer_t));
+      free(ip_timers[i]);
+      ip_timers[i] = NULL;
+      freed[i] = true;
+      continue;
+    }
+    expect[n_expect++] = i;
+  }
+  /* Restarted again: to the end of the order. One pulled earlier. */
+  int again[3] = {IP_N / 2, IP_N / 2 + 10, IP_N / 2 - 7};
+  for (int a = 0; a < 3; a++) {
+    int i = again[a];
+    if (freed[i])
+      continue;
+    if (a == 1)
+      uvtw_timer_stop(ip_timers[i]);
+    uvtw_timer_start(ip_timers[i], ip_cb, 4300, 0);
+    for (int k = 0; k < n_expect; k++)
+      if (expect[k] == i) {
+        memmove(&expect[k], &expect[k + 1], (size_t)(n_expect - k - 1) * sizeof expect[0]);
+        expect[n_expect - 1] = i;
+        break;
+      }
+  }
+  int early = expect[5];
+  uvtw_timer_start(ip_timers[early], ip_cb, 4250, 0); /* earlier: moves, fires first */
+  memmove(&expect[1], &expect[0], 5 * sizeof expect[0]);
+  expect[0] = early;
+  uv_run(&loop, UV_RUN_DEFAULT);
+  CHECK_U64((uint64_t)ip_fired, (uint64_t)n_expect, "%s: every timer still started ran once", T);
+  int first_bad = -1;
+  for (int k = 0; k < n_expect && k < ip_fired; k++)
+    if (ip_order[k] != expect[k]) {
+      first_bad = k;
+      break;
+    }
+  if (!tap_ok(first_bad < 0, "%s: deadlines in order, equal ones in the order of their last start", T))
+    tap_diag("  first difference at position %d: expected timer %d, got %d", first_bad,
+             expect[first_bad], ip_order[first_bad]);
+  uvtw_stats_t st;
+  uvtw_wheel_stats(wheel, &st);
+  CHECK_U64(st.active, 0, "%s: nothing left active", T);
+  for (int i = 0; i < IP_N; i++)
+    free(ip_timers[i]);
+  wheel_close_wait(wheel, &loop, T);
+  loop_finish(&loop, T);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   rng_init();
@@ -2545,5 +2646,6 @@ int main(void) {
   test_restart_order_equal_deadlines();
   test_two_wheels_interleaved();
   test_prefetch_hints_to_freed_timers();
+  test_in_place_order_past_the_ring();
   return tap_done();
 }

@@ -108,17 +108,29 @@ static uint64_t random_deadline(uint64_t now) {
   return delta > room ? UINT64_MAX : now + delta;
 }
 
+/* Inserts and removals as uvtw_timer_start and _stop make them: a removal
+ * is mostly deferred, and an insert of the entry just removed puts it back
+ * in place when it can. */
+static uint64_t deferred_removals, inserts_in_place;
 static void model_insert(item_t *it, uint64_t deadline) {
   it->active = true;
   it->deadline = deadline;
   it->seq = seq_counter++;
   it->pass = pass_counter;
-  wheel_insert(&wheel, &it->entry, deadline);
+  if (wheel_reinsert(&wheel, &it->entry, deadline))
+    inserts_in_place++;
+  else
+    wheel_insert(&wheel, &it->entry, deadline);
 }
 
 static void model_remove(item_t *it) {
   it->active = false;
-  wheel_remove(&wheel, &it->entry);
+  if (wheel.log_len == 0 && rnd_below(4) != 0) {
+    wheel_remove_deferred(&wheel, &it->entry);
+    deferred_removals++;
+  } else {
+    wheel_remove(&wheel, &it->entry);
+  }
 }
 
 /* A restart as uvtw_timer_start makes it: in place if the wheel can
@@ -192,9 +204,9 @@ static void random_operation(uint64_t now) {
     case 0: case 1: case 2: case 3: case 4: case 5:
       model_remove(it);
       break;
-    case 6: case 7: /* restart by hand */
+    case 6: case 7: /* restart by hand, often as an idle timeout pushed back */
       model_remove(it);
-      model_insert(it, random_deadline(now));
+      model_insert(it, rnd_below(2) ? bumped_deadline(it, now) : random_deadline(now));
       break;
     case 8: /* a burst of logged restarts, often past the log's size */
       for (uint64_t n = rnd_below(2 * WHEEL_LOG + 10); n > 0; n--) {
@@ -320,6 +332,7 @@ static bool check_step(uint64_t step) {
 static bool run_model(uint64_t seed, uint64_t steps, uint64_t start) {
   memset(items, 0, sizeof items);
   seq_counter = pass_counter = fired_total = lazy_restarts = 0;
+  deferred_removals = inserts_in_place = 0;
   failed = false;
   rng_state = seed ? seed : 1;
   wheel_init(&wheel, start);
@@ -628,6 +641,9 @@ int main(void) {
            i, fired_total);
     tap_ok(lazy_restarts > steps / 30, "model run %d restarted entries in place (%" PRIu64 " times)",
            i, lazy_restarts);
+    tap_ok(deferred_removals > steps / 30 && inserts_in_place > steps / 300,
+           "model run %d deferred removals (%" PRIu64 ") and undid some of them (%" PRIu64 ")", i,
+           deferred_removals, inserts_in_place);
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   tap_diag("model: %" PRIu64 " steps in %.2f s", steps,

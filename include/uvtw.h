@@ -91,8 +91,9 @@ struct uvtw_timer_s {
 /* Creates a wheel on `loop` (opts NULL: tick 1 ms, no task limit) and stores
  * it in *out. Initializes one uv_timer_t and one (unreferenced) uv_async_t on
  * the loop. The calling thread must be the loop's thread.
- * Errors: loop or out NULL -> UV_EINVAL; no memory -> UV_ENOMEM; or the error
- * of uv_async_init. Cost: two allocations, about 177 KiB in all (mostly the
+ * Errors: loop or out NULL -> UV_EINVAL; no memory, or 65535 wheels already
+ * open in the process (a timer names its wheel by a 16-bit id) ->
+ * UV_ENOMEM; or the error of uv_async_init. Cost: two allocations, about 177 KiB in all (mostly the
  * 4096 one-tick slots of the wheel's ring, and 64 KiB of entry addresses
  * kept for prefetching before slots fire). */
 UVTW_EXTERN int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **out);
@@ -130,9 +131,13 @@ UVTW_EXTERN const char *uvtw_version_string(void);
 
 /* ---- Loop-thread timers (mirror uv_timer_*) ---------------------------- */
 /* All are O(1) in the number of pending timers (a restart of an active timer
- * amortized: it is logged, and every 64th applies the batch), allocate
- * nothing, and may be called from inside any wheel callback, on any timer
- * including the one firing. */
+ * amortized: one that cannot stay in place is logged, and every 64th
+ * applies the batch), allocate nothing, and may be called from inside any
+ * wheel callback, on any timer including the one firing. A restart to a
+ * later deadline, of a timer due more than 2 to 4 s ahead (past the
+ * wheel's ring of one-tick slots: 2048 to 4096 ticks), leaves it where it
+ * is in the wheel and touches only the timer; so does a stop followed at
+ * once by such a start of the same timer. */
 
 /* Binds `timer` to `wheel`, inactive. Leaves timer->data alone. */
 UVTW_EXTERN void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer);

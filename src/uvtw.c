@@ -595,13 +595,13 @@ static inline uvtw_wheel_t *wheel_known(uvtw_wheel_t *w) {
   return w;
 }
 
-/* uvtw_timer_start on its wheel, known to be the timer's. */
-__attribute__((always_inline)) static inline int timer_start(uvtw_wheel_t *w, uvtw_timer_t *timer,
-                                                             uvtw_timer_cb cb, uint64_t timeout,
-                                                             uint64_t repeat) {
+/* uvtw_timer_start on its wheel, known to be the timer's, to `deadline`
+ * in ticks; `in_place_tried`: the in-place restarts were already tried. */
+__attribute__((always_inline)) static inline int timer_start_at(uvtw_wheel_t *w, uvtw_timer_t *timer,
+                                                                uvtw_timer_cb cb, uint64_t deadline,
+                                                                uint64_t repeat, bool in_place_tried) {
   if (w->closing)
     return UV_ECANCELED;
-  uint64_t deadline = ticks_of_ms(w, add_saturating(loop_now(w->loop), timeout));
   /* Usually unchanged: a store not made is one less waiting for the
    * store buffer behind this operation's cache misses. */
   if (timer->cb_ != cb)
@@ -611,7 +611,7 @@ __attribute__((always_inline)) static inline int timer_start(uvtw_wheel_t *w, uv
   w->stats.started++;
   /* A restart to a later deadline beyond the ring: the entry stays put.
    * The earliest deadline cannot move earlier, so nothing to re-arm. */
-  if (wheel_entry_linked(&timer->entry_) &&
+  if (!in_place_tried && wheel_entry_linked(&timer->entry_) &&
       wheel_restart_lazy(&w->wheel, &timer->entry_, deadline)) {
     w->stats.stopped++;
     return 0;
@@ -628,7 +628,7 @@ __attribute__((always_inline)) static inline int timer_start(uvtw_wheel_t *w, uv
   }
   /* A start right after this timer's stop: one operation, which may leave
    * the entry where it was. */
-  if (wheel_reinsert(&w->wheel, &timer->entry_, deadline))
+  if (!in_place_tried && wheel_reinsert(&w->wheel, &timer->entry_, deadline))
     return 0; /* no earlier than before: nothing to re-arm */
   if (rearming || w->wheel.log_len != 0 || w->wheel.count == 0)
     return insert_slow(w, timer, deadline);
@@ -644,7 +644,8 @@ __attribute__((noinline)) static int start_switch(uvtw_timer_t *timer, uvtw_time
   if (w == NULL)
     return UV_EINVAL;
   set_last_wheel(w);
-  return timer_start(w, timer, cb, timeout, repeat);
+  uint64_t deadline = ticks_of_ms(w, add_saturating(loop_now(w->loop), timeout));
+  return timer_start_at(w, timer, cb, deadline, repeat, false);
 }
 
 int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat) {
@@ -671,8 +672,10 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
       w->stats.started++;
       goto in_place;
     }
+    return timer_start_at(w, timer, cb, deadline, repeat, true);
   }
-  return timer_start(w, timer, cb, timeout, repeat);
+  deadline = ticks_of_ms(w, add_saturating(loop_now(w->loop), timeout));
+  return timer_start_at(w, timer, cb, deadline, repeat, false);
 in_place:
   if (timer->cb_ != cb)
     timer->cb_ = cb;

@@ -93,9 +93,10 @@ struct uvtw_timer_s {
  * the loop. The calling thread must be the loop's thread.
  * Errors: loop or out NULL -> UV_EINVAL; no memory, or 65535 wheels already
  * open in the process (a timer names its wheel by a 16-bit id) ->
- * UV_ENOMEM; or the error of uv_async_init. Cost: two allocations, about 177 KiB in all (mostly the
- * 4096 one-tick slots of the wheel's ring, and 64 KiB of entry addresses
- * kept for prefetching before slots fire). */
+ * UV_ENOMEM; or the error of uv_async_init. Cost: two allocations, about
+ * 215 KiB in all (mostly the 4096 one-tick slots of the wheel's ring, 32
+ * bytes each, and 64 KiB of entry addresses kept for prefetching before
+ * slots fire). */
 UVTW_EXTERN int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **out);
 
 /* Closes the wheel. Pending timers become inactive and never fire. Every
@@ -119,8 +120,10 @@ UVTW_EXTERN void uvtw_wheel_unref(uvtw_wheel_t *wheel);
 /* Milliseconds until the next callback is due, against uv_now(): 0 if one is
  * overdue, -1 if nothing is pending, INT64_MAX if the earliest entry is
  * further away than that (a saturated deadline never fires). Tasks still in
- * the cross-thread queue are not counted. Cost: O(levels) plus one scan of
- * the earliest upper-level slot, after applying up to 64 logged restarts. */
+ * the cross-thread queue are not counted. Cost: O(levels) plus a scan of
+ * the earliest upper-level slot (and of the next ones while timers
+ * restarted in place may make them earlier), after applying up to 64
+ * logged restarts. */
 UVTW_EXTERN int64_t uvtw_wheel_next_due(const uvtw_wheel_t *wheel);
 
 /* Copies the wheel's counters into *out. O(1). */

@@ -274,24 +274,6 @@ uint64_t wheel_next_deadline_exact(wheel_t *w) {
 
 /* Files again every entry of an upper-level slot that starts at w->now.
  * No callback runs here, so the detached chain can be walked directly. */
-/* file_entry for a cascade: entries come in list order, which need not be
- * start order (a restart may leave an upper-level entry where it is); a
- * ring slot whose list goes out of start order is marked to be sorted. */
-static inline void cascade_entry(wheel_t *w, wheel_entry_t *entry) {
-  unsigned level = level_of(entry->deadline, w->now);
-  unsigned slot = slot_of(entry->deadline, level);
-  wheel_entry_t *head = &w->slots[slot_index(level, slot)];
-  if (list_empty(head)) {
-    wheel_file_first(w, entry, level, slot);
-    return;
-  }
-  if (level == 0 && tag_before(entry->tag, head->prev->tag))
-    w->unsorted0[slot / 64] |= UINT64_C(1) << (slot % 64);
-  if (entry->deadline < head->deadline)
-    head->deadline = entry->deadline;
-  list_append(head, entry);
-}
-
 static void cascade(wheel_t *w, wheel_entry_t *head) {
   wheel_entry_t *entry = head->next;
   head->prev->next = NULL;
@@ -299,7 +281,7 @@ static void cascade(wheel_t *w, wheel_entry_t *head) {
   while (entry != NULL) {
     wheel_entry_t *next = entry->next;
     entry->next = NULL;
-    cascade_entry(w, entry); /* its deadline is at least a block away */
+    file_entry_from(w, entry, true); /* its deadline is at least a block away */
     w->cascaded++;
     entry = next;
   }

@@ -253,8 +253,12 @@ static inline void mark_slot_used(wheel_t *w, unsigned level, unsigned slot) {
  * slot already in use) keeps few registers live and spills nothing. */
 void wheel_file_first(wheel_t *w, wheel_entry_t *entry, unsigned level, unsigned slot);
 
-/* Files an entry with deadline > w->now into its slot. */
-static inline void file_entry(wheel_t *w, wheel_entry_t *entry) {
+/* Files an entry with deadline > w->now into its slot. `cascading`: it
+ * comes from a cascade, in its old list's order, which need not be start
+ * order (a restart may leave an upper-level entry where it is), so a ring
+ * slot it would put out of start order is marked to be sorted. Every other
+ * entry filed carries the newest tag. */
+static inline void file_entry_from(wheel_t *w, wheel_entry_t *entry, bool cascading) {
   unsigned level = level_of(entry->deadline, w->now);
   unsigned slot = slot_of(entry->deadline, level);
   wheel_entry_t *head = &w->slots[slot_index(level, slot)];
@@ -262,9 +266,15 @@ static inline void file_entry(wheel_t *w, wheel_entry_t *entry) {
     wheel_file_first(w, entry, level, slot);
     return;
   }
+  if (cascading && level == 0 && tag_before(entry->tag, head->prev->tag))
+    w->unsorted0[slot / 64] |= UINT64_C(1) << (slot % 64);
   if (entry->deadline < head->deadline)
     head->deadline = entry->deadline;
   list_append(head, entry);
+}
+
+static inline void file_entry(wheel_t *w, wheel_entry_t *entry) {
+  file_entry_from(w, entry, false);
 }
 
 static inline void insert_due(wheel_t *w, wheel_entry_t *entry) {

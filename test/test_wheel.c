@@ -505,13 +505,16 @@ static void test_warm_plans(void) {
   TAP_EQ(wheel.count, 0, "every entry fired");
 }
 
+/* Zeroes `n` items and starts the wheel afresh at time 0. */
+static void fresh_wheel(item_t *const *list, int n) {
+  for (int i = 0; i < n; i++)
+    memset(list[i], 0, sizeof *list[i]);
+  wheel_init(&wheel, 0);
+}
+
 static void test_restart_log(void) {
   static item_t a, b, c, d;
-  memset(&a, 0, sizeof a);
-  memset(&b, 0, sizeof b);
-  memset(&c, 0, sizeof c);
-  memset(&d, 0, sizeof d);
-  wheel_init(&wheel, 0);
+  fresh_wheel((item_t *const[]){&a, &b, &c, &d}, 4);
   wheel_insert(&wheel, &a.entry, 100);
   wheel_insert(&wheel, &b.entry, 100);
   wheel_insert(&wheel, &c.entry, 100);
@@ -561,10 +564,7 @@ static void test_restart_log(void) {
 /* Restarts that leave an entry where it is (wheel_restart_lazy). */
 static void test_restart_in_place(void) {
   static item_t a, b, c, e, f, g;
-  memset(&a, 0, sizeof a);
-  memset(&b, 0, sizeof b);
-  memset(&c, 0, sizeof c);
-  wheel_init(&wheel, 0);
+  fresh_wheel((item_t *const[]){&a, &b, &c}, 3);
   /* Level 1 (the ring ends at 4096): one 2048-tick slot, in start order. */
   wheel_insert(&wheel, &a.entry, 10000);
   wheel_insert(&wheel, &b.entry, 10005);
@@ -585,10 +585,7 @@ static void test_restart_in_place(void) {
 
   /* Restarted in place to a later slot than its own: the exact next
    * deadline must look past the slot it sits in. */
-  memset(&e, 0, sizeof e);
-  memset(&f, 0, sizeof f);
-  memset(&g, 0, sizeof g);
-  wheel_init(&wheel, 0);
+  fresh_wheel((item_t *const[]){&e, &f, &g}, 3);
   wheel_insert(&wheel, &e.entry, 5000); /* level 1, slot 2: [4096, 6144) */
   tap_ok(wheel_restart_lazy(&wheel, &e.entry, 7000), "a restart into the next upper slot stays in place");
   wheel_insert(&wheel, &f.entry, 6500); /* slot 3 */
@@ -603,9 +600,7 @@ static void test_restart_in_place(void) {
   TAP_EQ(wheel.count, 0, "every entry fired");
 
   /* Not in place: ring entries, and entries whose restart is still logged. */
-  memset(&a, 0, sizeof a);
-  memset(&b, 0, sizeof b);
-  wheel_init(&wheel, 0);
+  fresh_wheel((item_t *const[]){&a, &b}, 2);
   wheel_insert(&wheel, &a.entry, 100);
   wheel_insert(&wheel, &b.entry, 9000);
   tap_ok(!wheel_restart_lazy(&wheel, &a.entry, 200), "a ring entry is not restarted in place");

@@ -76,7 +76,12 @@
  * Unlinking needs no search and no back pointer to the slot: an entry whose
  * removal leaves its two neighbours equal was the last in its list, and that
  * neighbour is the list's sentinel; if the sentinel lies inside `slots`, its
- * bitmap bit is cleared.
+ * bitmap bit is cleared. A removal may be deferred (wheel_remove_deferred):
+ * the entry is marked unlinked at once and its two neighbours, saved in the
+ * wheel, are joined by the next operation, which may instead be an insert
+ * of that same entry that puts it back (wheel_reinsert). At most one
+ * removal waits, always older than the restart log, and wheel_sync applies
+ * both before anything reads the lists.
  */
 #include "wheel.h"
 

@@ -649,6 +649,14 @@ __attribute__((always_inline)) static inline int timer_start_at(uvtw_wheel_t *w,
   return 0;
 }
 
+/* timer_start_at after the in-place paths were tried, out of line: the
+ * caller's fast path then keeps no registers to save and no frame. */
+__attribute__((noinline)) static int start_not_in_place(uvtw_wheel_t *w, uvtw_timer_t *timer,
+                                                        uvtw_timer_cb cb, uint64_t deadline,
+                                                        uint64_t repeat) {
+  return timer_start_at(w, timer, cb, deadline, repeat, true);
+}
+
 /* A start on another wheel than the last one: remembers it, then starts. */
 __attribute__((noinline)) static int start_switch(uvtw_timer_t *timer, uvtw_timer_cb cb,
                                                   uint64_t timeout, uint64_t repeat) {
@@ -684,7 +692,7 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
       w->stats.started++;
       goto in_place;
     }
-    return timer_start_at(w, timer, cb, deadline, repeat, true);
+    return start_not_in_place(w, timer, cb, deadline, repeat);
   }
   deadline = ticks_of_ms(w, add_saturating(loop_now(w->loop), timeout));
   return timer_start_at(w, timer, cb, deadline, repeat, false);
@@ -697,18 +705,19 @@ in_place:
 }
 
 /* A stop that must apply the restart log first, or may empty the wheel. */
-__attribute__((noinline)) static void stop_slow(uvtw_wheel_t *w, uvtw_timer_t *timer) {
+__attribute__((noinline)) static int stop_slow(uvtw_wheel_t *w, uvtw_timer_t *timer) {
   wheel_remove(&w->wheel, &timer->entry_);
   w->stats.stopped++;
   if (w->wheel.count == 0 && !w->in_pass)
     disarm(w);
+  return 0;
 }
 
 /* A stop of a timer on another wheel than the last one. */
-__attribute__((noinline)) static void stop_switch(uvtw_timer_t *timer) {
+__attribute__((noinline)) static int stop_switch(uvtw_timer_t *timer) {
   uvtw_wheel_t *w = wheel_of(timer);
   set_last_wheel(w);
-  stop_slow(w, timer);
+  return stop_slow(w, timer);
 }
 
 int uvtw_timer_stop(uvtw_timer_t *timer) {
@@ -717,13 +726,11 @@ int uvtw_timer_stop(uvtw_timer_t *timer) {
   if (!wheel_entry_linked(&timer->entry_))
     return 0;
   if (!is_last_wheel(timer)) {
-    stop_switch(timer); /* out of line: the common path makes no call */
-    return 0;
+    return stop_switch(timer); /* tail calls, out of line: the common path keeps no frame */
   }
   uvtw_wheel_t *w = wheel_known(last_wheel);
   if (w->wheel.log_len != 0 || w->wheel.count == 1) {
-    stop_slow(w, timer);
-    return 0;
+    return stop_slow(w, timer);
   }
   /* Its neighbours are joined at the next operation, unless that is a
    * start of this timer (wheel_reinsert). */

@@ -313,8 +313,9 @@ static inline wheel_entry_t *merge_sorted(wheel_entry_t *a, wheel_entry_t *b, bo
   return head.next;
 }
 
-/* Stable bottom-up merge sort of a list by deadline, O(n log n), no memory:
- * bins[i] holds a sorted run of 2^i entries that came before any later bin's. */
+/* Stable bottom-up merge sort of a list by deadline, or by tag (start
+ * order), O(n log n), no memory: bins[i] holds a sorted run of 2^i entries
+ * that came before any later bin's. */
 static inline void sort_list(wheel_entry_t *head, bool by_tag) {
   if (list_empty(head))
     return; /* its entries were removed after it was marked unsorted */
@@ -545,7 +546,6 @@ void wheel_clear(wheel_t *w, wheel_fire_fn drop, void *ctx) {
   fire_list(w, drop, ctx, NULL);
 }
 
-/* Walks one list, checking its links; returns entries seen or -1. */
 /* The entry after `e` in its list, as the list stands once the deferred
  * removal is applied... except that the removed entry itself is still
  * walked (it reads as unlinked; its neighbours still point to it). */

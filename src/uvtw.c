@@ -607,6 +607,16 @@ static inline uvtw_wheel_t *wheel_known(uvtw_wheel_t *w) {
   return w;
 }
 
+/* Sets a starting timer's callback and repeat. Usually unchanged: a store
+ * not made is one less waiting for the store buffer behind the start's
+ * cache misses. */
+static inline void set_cb_repeat(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t repeat) {
+  if (timer->cb_ != cb)
+    timer->cb_ = cb;
+  if (timer->repeat_ != repeat)
+    timer->repeat_ = repeat;
+}
+
 /* uvtw_timer_start on its wheel, known to be the timer's, to `deadline`
  * in ticks; `in_place_tried`: the in-place restarts were already tried. */
 __attribute__((always_inline)) static inline int timer_start_at(uvtw_wheel_t *w, uvtw_timer_t *timer,
@@ -614,12 +624,7 @@ __attribute__((always_inline)) static inline int timer_start_at(uvtw_wheel_t *w,
                                                                 uint64_t repeat, bool in_place_tried) {
   if (w->closing)
     return UV_ECANCELED;
-  /* Usually unchanged: a store not made is one less waiting for the
-   * store buffer behind this operation's cache misses. */
-  if (timer->cb_ != cb)
-    timer->cb_ = cb;
-  if (timer->repeat_ != repeat)
-    timer->repeat_ = repeat;
+  set_cb_repeat(timer, cb, repeat);
   w->stats.started++;
   /* A restart to a later deadline beyond the ring: the entry stays put.
    * The earliest deadline cannot move earlier, so nothing to re-arm. */
@@ -697,10 +702,7 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   deadline = ticks_of_ms(w, add_saturating(loop_now(w->loop), timeout));
   return timer_start_at(w, timer, cb, deadline, repeat, false);
 in_place:
-  if (timer->cb_ != cb)
-    timer->cb_ = cb;
-  if (timer->repeat_ != repeat)
-    timer->repeat_ = repeat;
+  set_cb_repeat(timer, cb, repeat);
   return 0;
 }
 

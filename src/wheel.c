@@ -577,6 +577,12 @@ static bool logged(const wheel_t *w, const wheel_entry_t *e) {
   return false;
 }
 
+/* Whether `e` sits where the invariants say: not logged (a logged entry
+ * may sit anywhere) and not the deferred removal (unlinked, still listed). */
+static bool placed(const wheel_t *w, const wheel_entry_t *e) {
+  return e != w->removed && !logged(w, e);
+}
+
 const char *wheel_check(const wheel_t *w, bool every_slot) {
   uint64_t seen = 0;
   uint32_t levels = 0;
@@ -629,7 +635,7 @@ const char *wheel_check(const wheel_t *w, bool every_slot) {
       levels |= UINT32_C(1) << level;
       seen += (uint64_t)n;
       bool in_order = level == 0 && !((w->unsorted0[slot / 64] >> (slot % 64)) & 1);
-      const wheel_entry_t *last = NULL; /* the last entry not logged */
+      const wheel_entry_t *last = NULL; /* the last placed entry */
       for (const wheel_entry_t *e = head->next; e != head; e = next_of(w, e)) {
         const char *bad = NULL;
         if (e->deadline <= w->now)
@@ -638,15 +644,15 @@ const char *wheel_check(const wheel_t *w, bool every_slot) {
           bad = "an entry is filed in the wrong ring slot";
         else if (level != 0 && e->deadline < slot_start(block_of(w->now) + WHEEL_BLOCK, level, slot))
           bad = "an entry is filed in a later slot than its deadline's"; /* it would fire late */
-        else if (in_order && last != NULL && !logged(w, e) && e != w->removed && !tag_before(last->tag, e->tag))
+        else if (in_order && last != NULL && placed(w, e) && !tag_before(last->tag, e->tag))
           bad = "a ring slot not marked unsorted is out of start order";
-        if (!logged(w, e) && e != w->removed)
+        if (placed(w, e))
           last = e;
         else if (e->deadline < head->deadline)
           bad = "a slot's minimum is above one of its entries";
         else if (level == 0 && e->deadline != head->deadline)
           bad = "a level-0 slot holds two deadlines";
-        if (bad != NULL && !logged(w, e) && e != w->removed) /* a logged entry may sit anywhere */
+        if (bad != NULL && placed(w, e))
           return bad;
       }
     }
@@ -665,7 +671,7 @@ const char *wheel_check(const wheel_t *w, bool every_slot) {
     for (const wheel_entry_t *e = head->next; e != head; e = next_of(w, e))
       if ((e->deadline > w->due_limit || w->due_limit - e->deadline >= WHEEL_SLOTS ||
            (e->deadline & (WHEEL_SLOTS - 1)) != bucket) &&
-          !logged(w, e) && e != w->removed)
+          placed(w, e))
         return "an entry is in the wrong due bucket";
   }
   int64_t n = check_list(w, &w->due_old, w->count);
@@ -674,7 +680,7 @@ const char *wheel_check(const wheel_t *w, bool every_slot) {
   seen += (uint64_t)n;
   const wheel_entry_t *before = NULL; /* the last entry not logged */
   for (const wheel_entry_t *e = w->due_old.next; e != &w->due_old; e = next_of(w, e)) {
-    if ((w->log_len != 0 && logged(w, e)) || e == w->removed)
+    if (!placed(w, e))
       continue;
     if (e->deadline > w->due_limit || w->due_limit - e->deadline < WHEEL_SLOTS)
       return "an entry in the old due list is not old";

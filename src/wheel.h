@@ -105,6 +105,21 @@ typedef struct wheel_s {
   const wheel_entry_t *warm_addr[WHEEL_WARM_SLOTS][WHEEL_WARM_CAP];
 } wheel_t;
 
+/* Gives `entry` the wheel's next tag: it starts now, after every entry
+ * tagged before (its id bits are the wheel's). */
+static inline void tag_as_newest(wheel_t *w, wheel_entry_t *entry) {
+  entry->tag = w->tag += WHEEL_TAG_STEP;
+}
+
+/* Whether an entry due at `old`, in its slot, may be restarted to
+ * `deadline` without moving: `old` beyond the ring and what is due (above
+ * lazy_floor), so the entry sits in an upper-level slot, cascaded before
+ * `old`; and `deadline` not earlier, so that cascade still comes in time
+ * and the slot's minimum stays a lower bound. */
+static inline bool may_stay_in_place(const wheel_t *w, uint64_t old, uint64_t deadline) {
+  return old > w->lazy_floor && old <= deadline;
+}
+
 void wheel_init(wheel_t *w, uint64_t now);
 
 /* Moves an empty wheel's time forward to `now` (nothing to cascade), so
@@ -294,7 +309,7 @@ static inline void insert_due(wheel_t *w, wheel_entry_t *entry) {
 static inline void wheel_insert_now(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
   assert(!wheel_deferred(w));
   entry->deadline = deadline;
-  entry->tag = w->tag += WHEEL_TAG_STEP;
+  tag_as_newest(w, entry);
   w->count++;
   if (deadline <= w->due_limit)
     insert_due(w, entry);
@@ -372,16 +387,8 @@ static inline void wheel_remove(wheel_t *w, wheel_entry_t *entry) {
  * change, the links are overwritten, not cleared). It goes to the tail of
  * its new list, as an insert would. O(1). Ignores the log. */
 static inline void wheel_move_now(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
-  wheel_entry_t *next = entry->next;
-  wheel_entry_t *prev = entry->prev;
-  assert(next != NULL);
-  prev->next = next;
-  next->prev = prev;
-  if (next == prev) {
-    uintptr_t offset = (uintptr_t)next - (uintptr_t)w->slots;
-    if (offset < sizeof w->slots)
-      mark_slot_empty(w, offset / sizeof(wheel_entry_t));
-  }
+  assert(entry->next != NULL);
+  join_neighbours(w, entry->prev, entry->next);
   entry->deadline = deadline;
   if (deadline <= w->due_limit)
     insert_due(w, entry);
@@ -401,7 +408,7 @@ static inline void wheel_move_now(wheel_t *w, wheel_entry_t *entry, uint64_t dea
 static inline void wheel_restart(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
   assert(wheel_entry_linked(entry));
   entry->deadline = deadline;
-  entry->tag = w->tag += WHEEL_TAG_STEP;
+  tag_as_newest(w, entry);
   if (w->log_len == 0)
     w->log_tag = entry->tag;
   __builtin_prefetch(entry->next, 1);
@@ -425,11 +432,10 @@ static inline void wheel_restart(wheel_t *w, wheel_entry_t *entry, uint64_t dead
  * that pushes an idle timeout back costs one cache miss, not the three of
  * an unlink and append. O(1). */
 static inline bool wheel_restart_lazy(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
-  uint64_t old = entry->deadline;
-  if (old > w->lazy_floor && old <= deadline &&
+  if (may_stay_in_place(w, entry->deadline, deadline) &&
       (w->log_len == 0 || tag_before(entry->tag, w->log_tag))) {
     entry->deadline = deadline;
-    entry->tag = w->tag += WHEEL_TAG_STEP;
+    tag_as_newest(w, entry);
     return true;
   }
   return false;
@@ -444,13 +450,12 @@ static inline bool wheel_restart_lazy(wheel_t *w, wheel_entry_t *entry, uint64_t
 static inline bool wheel_reinsert(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
   if (entry != w->removed)
     return false;
-  uint64_t old = entry->deadline;
-  if (old > w->lazy_floor && old <= deadline) {
+  if (may_stay_in_place(w, entry->deadline, deadline)) {
     entry->next = w->removed_next;
     entry->prev = w->removed_prev;
     w->removed = NULL;
     entry->deadline = deadline;
-    entry->tag = w->tag += WHEEL_TAG_STEP;
+    tag_as_newest(w, entry);
     w->count++;
     return true;
   }

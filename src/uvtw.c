@@ -617,6 +617,12 @@ static inline void set_cb_repeat(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t
     timer->repeat_ = repeat;
 }
 
+/* Applies a full restart log, out of line: see start_not_in_place. */
+__attribute__((noinline)) static int flush_log(uvtw_wheel_t *w) {
+  wheel_flush(&w->wheel);
+  return 0;
+}
+
 /* uvtw_timer_start on its wheel, known to be the timer's, to `deadline`
  * in ticks; `in_place_tried`: the in-place restarts were already tried. */
 __attribute__((always_inline)) static inline int timer_start_at(uvtw_wheel_t *w, uvtw_timer_t *timer,
@@ -645,8 +651,11 @@ __attribute__((always_inline)) static inline int timer_start_at(uvtw_wheel_t *w,
   }
   /* A start right after this timer's stop: one operation, which may leave
    * the entry where it was. */
-  if (!in_place_tried && wheel_reinsert(&w->wheel, &timer->entry_, deadline))
-    return 0; /* no earlier than before: nothing to re-arm */
+  if (!in_place_tried && !rearming && &timer->entry_ == w->wheel.removed) {
+    if (wheel_reinsert(&w->wheel, &timer->entry_, deadline))
+      wheel_flush(&w->wheel);
+    return 0;
+  }
   if (rearming || w->wheel.log_len != 0 || w->wheel.count == 0)
     return insert_slow(w, timer, deadline);
   wheel_apply_removed(&w->wheel);
@@ -693,9 +702,12 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
         w->restarts++;
         goto in_place;
       }
-    } else if (wheel_reinsert(&w->wheel, &timer->entry_, deadline)) {
+    } else if (&timer->entry_ == w->wheel.removed && !rearm_needed(w, deadline)) {
+      set_cb_repeat(timer, cb, repeat);
       w->stats.started++;
-      goto in_place;
+      if (wheel_reinsert(&w->wheel, &timer->entry_, deadline))
+        return flush_log(w); /* a tail call: see above */
+      return 0;
     }
     return start_not_in_place(w, timer, cb, deadline, repeat);
   }
@@ -731,7 +743,7 @@ int uvtw_timer_stop(uvtw_timer_t *timer) {
     return stop_switch(timer); /* tail calls, out of line: the common path keeps no frame */
   }
   uvtw_wheel_t *w = wheel_known(last_wheel);
-  if (w->wheel.log_len != 0 || w->wheel.count == 1) {
+  if (wheel_maybe_logged(&w->wheel, &timer->entry_) || w->wheel.count == 1) {
     return stop_slow(w, timer);
   }
   /* Its neighbours are joined at the next operation, unless that is a

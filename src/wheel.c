@@ -79,9 +79,11 @@
  * bitmap bit is cleared. A removal may be deferred (wheel_remove_deferred):
  * the entry is marked unlinked at once and its two neighbours, saved in the
  * wheel, are joined by the next operation, which may instead be an insert
- * of that same entry that puts it back (wheel_reinsert). At most one
- * removal waits, always older than the restart log, and wheel_sync applies
- * both before anything reads the lists.
+ * of that same entry that puts it back (wheel_reinsert) and logs the
+ * restart, to be left there or moved when the log is applied. At most one
+ * removal waits; its entry is never in the restart log (a stop of an entry
+ * that may be there applies the log first), and wheel_sync applies the
+ * removal, then the log, before anything reads the lists.
  */
 #include "wheel.h"
 
@@ -225,15 +227,23 @@ void wheel_file_first(wheel_t *w, wheel_entry_t *entry, unsigned level, unsigned
 }
 
 void wheel_flush(wheel_t *w) {
-  wheel_apply_removed(w); /* older than any logged restart: a removal syncs first */
+  /* The removal first, though it may be newer than logged restarts: its
+   * entry is not among them, and they have not moved yet, so the
+   * neighbours it was taken from are still its neighbours. */
+  wheel_apply_removed(w);
   uint32_t n = w->log_len;
   bool to_old = false;
   w->log_len = 0;
   for (uint32_t i = 0; i < n; i++) {
+    const wheel_log_t *record = &w->log[i];
+    if (may_stay_in_place(w, record->old, record->deadline)) {
+      record->entry->deadline = record->deadline; /* an earlier record may have moved it */
+      continue;
+    }
     /* insert_due compares with the old list's tail, whose deadline may be
      * a logged restart's not yet applied: then it cannot vouch for order. */
-    to_old |= w->log[i].deadline <= w->due_limit && w->due_limit - w->log[i].deadline >= WHEEL_SLOTS;
-    wheel_move_now(w, w->log[i].entry, w->log[i].deadline);
+    to_old |= record->deadline <= w->due_limit && w->due_limit - record->deadline >= WHEEL_SLOTS;
+    wheel_move_now(w, record->entry, record->deadline);
   }
   if (to_old && !list_empty(&w->due_old))
     w->due_old_unsorted = true;

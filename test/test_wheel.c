@@ -109,23 +109,26 @@ static uint64_t random_deadline(uint64_t now) {
 }
 
 /* Inserts and removals as uvtw_timer_start and _stop make them: a removal
- * is mostly deferred, and an insert of the entry just removed puts it back
- * in place when it can. */
+ * of an entry not in the log is mostly deferred, and an insert of the entry
+ * just removed puts it back and logs the restart (wheel_reinsert). */
 static uint64_t deferred_removals, inserts_in_place;
 static void model_insert(item_t *it, uint64_t deadline) {
   it->active = true;
   it->deadline = deadline;
   it->seq = seq_counter++;
   it->pass = pass_counter;
-  if (wheel_reinsert(&wheel, &it->entry, deadline))
+  if (&it->entry == wheel.removed) {
+    if (wheel_reinsert(&wheel, &it->entry, deadline))
+      wheel_flush(&wheel);
     inserts_in_place++;
-  else
+  } else {
     wheel_insert(&wheel, &it->entry, deadline);
+  }
 }
 
 static void model_remove(item_t *it) {
   it->active = false;
-  if (wheel.log_len == 0 && rnd_below(4) != 0) {
+  if (!wheel_maybe_logged(&wheel, &it->entry) && rnd_below(4) != 0) {
     wheel_remove_deferred(&wheel, &it->entry);
     deferred_removals++;
   } else {
@@ -609,6 +612,46 @@ static void test_restart_in_place(void) {
          "nor is an entry whose last restart is still in the log");
 }
 
+/* A stop and a start of the same entry (wheel_remove_deferred, then
+ * wheel_reinsert): put back and logged; the flush leaves it in place or
+ * moves it. Stops of entries not in the log leave the log alone. */
+static void test_reinsert(void) {
+  static item_t a, b, c, d;
+  fresh_wheel((item_t *const[]){&a, &b, &c, &d}, 4);
+  wheel_insert(&wheel, &a.entry, 10000); /* one level-1 slot, in start order */
+  wheel_insert(&wheel, &b.entry, 10005);
+  wheel_insert(&wheel, &c.entry, 10010);
+  wheel_insert(&wheel, &d.entry, 3000); /* the ring */
+
+  wheel_remove_deferred(&wheel, &a.entry);
+  tap_ok(!wheel_entry_linked(&a.entry) && wheel.count == 3, "a deferred stop unlinks at once");
+  tap_ok(!wheel_reinsert(&wheel, &a.entry, 10010), "a start right after puts it back, logged");
+  tap_ok(wheel_entry_linked(&a.entry) && a.entry.deadline == 10010 && wheel.log_len == 1 &&
+             wheel.count == 4,
+         "active at once, with its new deadline");
+  wheel_remove_deferred(&wheel, &b.entry); /* not logged: the log stays */
+  TAP_EQ(wheel.log_len, 1, "a stop of an entry not in the log leaves the log as it is");
+  tap_ok(wheel_maybe_logged(&wheel, &a.entry) && !wheel_maybe_logged(&wheel, &c.entry),
+         "an entry restarted since the oldest logged restart may be logged; one before may not");
+  tap_ok(!wheel_reinsert(&wheel, &b.entry, 8000), "an earlier deadline is logged too");
+  tap_ok(wheel_check(&wheel, true) == NULL, "invariants hold with the log and a removal pending");
+  wheel_remove_deferred(&wheel, &d.entry);
+  tap_ok(!wheel_reinsert(&wheel, &d.entry, 9000), "and so is a ring entry's restart");
+  wheel_flush(&wheel);
+  TAP_EQ(wheel.log_len, 0, "the flush empties the log");
+  tap_ok(a.entry.prev == &wheel.slots[WHEEL_ROW_BASE(1) + 4] && a.entry.next == &c.entry,
+         "a later deadline past the ring: left in place");
+  tap_ok(c.entry.prev == &a.entry && b.entry.prev == &wheel.slots[WHEEL_ROW_BASE(1) + 3],
+         "an earlier one: moved to its own slot");
+  tap_ok(d.entry.prev == &c.entry, "a ring entry: moved, to the tail of its new slot");
+  tap_ok(wheel_check(&wheel, true) == NULL, "invariants hold after the flush");
+  fired_count = 0;
+  wheel_advance(&wheel, 10010, record_fire, NULL);
+  tap_ok(fired_count == 4 && fired_order[0] == &b && fired_order[1] == &d &&
+             fired_order[2] == &c && fired_order[3] == &a,
+         "deadlines in order, equal ones in start order (c before a, restarted after it)");
+}
+
 int main(void) {
   const char *env_steps = getenv("UVTW_MODEL_STEPS");
   const char *env_seed = getenv("UVTW_MODEL_SEED");
@@ -619,6 +662,7 @@ int main(void) {
   test_restart_log();
   test_warm_plans();
   test_restart_in_place();
+  test_reinsert();
 
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);

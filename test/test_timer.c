@@ -2615,6 +2615,76 @@ static void test_in_place_order_past_the_ring(void) {
   loop_finish(&loop, T);
 }
 
+/* A stop and start that makes a timer the earliest re-arms the wheel's
+ * uv_timer_t, so it runs on time, not at the deadline armed before; and a
+ * batch of stop+start pairs past the ring, to earlier and to later
+ * deadlines, more than the restart log holds, runs in deadline order. */
+static uv_loop_t *ss_loop;
+static uint64_t ss_t0, ss_early_at;
+static int ss_order[200], ss_fired;
+
+static void ss_early_cb(uvtw_timer_t *timer) {
+  (void)timer;
+  ss_early_at = uv_now(ss_loop) - ss_t0;
+}
+
+static void ss_cb(uvtw_timer_t *timer) {
+  if (ss_fired < 200)
+    ss_order[ss_fired] = (int)(intptr_t)timer->data;
+  ss_fired++;
+}
+
+static void test_stop_start_moves_earlier(void) {
+  const char *T = "stop+start to an earlier deadline";
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel;
+  static uvtw_timer_t a, b, many[150];
+
+  wheel = loop_and_wheel_open(&loop, NULL, T);
+  if (!wheel)
+    return;
+  ss_loop = &loop;
+  uv_update_time(&loop);
+  ss_t0 = uv_now(&loop);
+  ss_early_at = UINT64_MAX;
+  ss_fired = 0;
+  /* 150 timers at 4200..4349 ms (past the ring's first 4096 ms); each
+   * stopped and started again, in turn, to 4500 - i (even i: earlier, from
+   * i = 150 on) or 4500 + i (odd i: later). */
+  for (int i = 0; i < 150; i++) {
+    uvtw_timer_init(wheel, &many[i]);
+    many[i].data = (void *)(intptr_t)i;
+    uvtw_timer_start(&many[i], ss_cb, 4200 + (uint64_t)i, 0);
+  }
+  for (int i = 0; i < 150; i++) {
+    uvtw_timer_stop(&many[i]);
+    uvtw_timer_start(&many[i], ss_cb, i % 2 == 0 ? 4500 - (uint64_t)i : 4500 + (uint64_t)i, 0);
+  }
+  int expect[150], n = 0;
+  for (int i = 148; i >= 0; i -= 2)
+    expect[n++] = i;
+  for (int i = 1; i < 150; i += 2)
+    expect[n++] = i;
+
+  uvtw_timer_init(wheel, &a);
+  uvtw_timer_init(wheel, &b);
+  uvtw_timer_start(&a, noop_timer_cb, 3000, 0);
+  uvtw_timer_start(&b, ss_early_cb, 9000, 0);
+  uvtw_timer_stop(&a);
+  uvtw_timer_stop(&b);
+  uvtw_timer_start(&b, ss_early_cb, 30, 0);
+  CHECK_I64(uvtw_wheel_next_due(wheel), 30, "%s: next_due sees the new deadline", T);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  tap_ok(ss_early_at >= 30 && ss_early_at < 1000,
+         "%s: it ran at %" PRIu64 " ms, not at a deadline armed before (3000 or later)", T,
+         ss_early_at);
+  check_fire_order(T, "the batch: earlier and later deadlines, in deadline order", ss_order,
+                   ss_fired < 150 ? ss_fired : 150, expect, n);
+  CHECK_U64((uint64_t)ss_fired, 150, "%s: each of the batch ran once", T);
+  wheel_close_wait(wheel, &loop, T);
+  loop_finish(&loop, T);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   rng_init();
@@ -2646,5 +2716,6 @@ int main(void) {
   test_two_wheels_interleaved();
   test_prefetch_hints_to_freed_timers();
   test_in_place_order_past_the_ring();
+  test_stop_start_moves_earlier();
   return tap_done();
 }

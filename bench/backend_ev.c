@@ -49,11 +49,16 @@ static void timer_cb(struct ev_loop *l, ev_timer *w, int revents) {
   /* A timer restarted with ev_timer_again repeats; these are one-shot. */
   if (w->repeat != 0.)
     ev_timer_stop(l, w);
-  bench_fired((size_t)(w - timers));
+  bench_fired((size_t)(w - timers), (uint32_t)(uintptr_t)w->data);
 }
 
 void backend_timer_init(size_t i) {
   ev_timer_init(&timers[i], timer_cb, 0., 0.);
+  timers[i].data = NULL;
+}
+
+void backend_set_note(size_t i, uint32_t note) {
+  timers[i].data = (void *)(uintptr_t)note;
 }
 
 void backend_timers_close(void) {

@@ -61,14 +61,26 @@ int backend_timers_alloc(size_t n) {
   return timers ? 0 : -1;
 }
 
+/* The callback argument: the timer's index in the high 32 bits, its note
+ * in the low ones. */
+_Static_assert(sizeof(void *) >= 8, "the libevent backend packs two 32-bit values in a pointer");
 static void timer_cb(evutil_socket_t fd, short what, void *arg) {
   (void)fd;
   (void)what;
-  bench_fired((size_t)(uintptr_t)arg);
+  uint64_t v = (uint64_t)(uintptr_t)arg;
+  bench_fired((size_t)(v >> 32), (uint32_t)v);
+}
+
+static void assign(size_t i, uint32_t note) {
+  evtimer_assign(&timers[i], base, timer_cb, (void *)(uintptr_t)(((uint64_t)i << 32) | note));
 }
 
 void backend_timer_init(size_t i) {
-  evtimer_assign(&timers[i], base, timer_cb, (void *)(uintptr_t)i);
+  assign(i, 0);
+}
+
+void backend_set_note(size_t i, uint32_t note) {
+  assign(i, note);
 }
 
 void backend_timers_close(void) {

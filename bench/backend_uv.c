@@ -41,6 +41,7 @@ int backend_timers_alloc(size_t n) {
 
 void backend_timer_init(size_t i) {
   uv_timer_init(bench_loop, &timers[i]);
+  timers[i].data = NULL;
 }
 
 static void close_cb(uv_handle_t *handle) {
@@ -59,8 +60,12 @@ void backend_timers_free(void) {
   n_timers = 0;
 }
 
+void backend_set_note(size_t i, uint32_t note) {
+  timers[i].data = (void *)(uintptr_t)note;
+}
+
 static void timer_cb(uv_timer_t *handle) {
-  bench_fired((size_t)(handle - timers));
+  bench_fired((size_t)(handle - timers), (uint32_t)(uintptr_t)handle->data);
 }
 
 void backend_start(size_t i, uint64_t timeout_ms) {

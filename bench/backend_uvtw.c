@@ -44,6 +44,7 @@ int backend_timers_alloc(size_t n) {
 
 void backend_timer_init(size_t i) {
   uvtw_timer_init(wheel, &timers[i]);
+  timers[i].data = NULL;
 }
 
 /* An inactive uvtw timer holds nothing: there is nothing to release. */
@@ -56,8 +57,12 @@ void backend_timers_free(void) {
   n_timers = 0;
 }
 
+void backend_set_note(size_t i, uint32_t note) {
+  timers[i].data = (void *)(uintptr_t)note;
+}
+
 static void timer_cb(uvtw_timer_t *timer) {
-  bench_fired((size_t)(timer - timers));
+  bench_fired((size_t)(timer - timers), (uint32_t)(uintptr_t)timer->data);
 }
 
 void backend_start(size_t i, uint64_t timeout_ms) {

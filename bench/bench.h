@@ -45,8 +45,16 @@ void backend_timers_free(void);
  * others) and runs the loop until that is done. */
 void backend_timers_close(void);
 
+/* Attaches `note` to timer i (inactive), kept in the timer itself: its
+ * `data` pointer (libevent: its callback argument). Its callback hands it
+ * back to bench_fired, so per-fire bookkeeping reads what the fired timer
+ * carries, as an application reads the request its timer is part of, not
+ * a separate array indexed by timer (at 10^6 timers, a cache miss per fire
+ * of the harness's own). Not timed. */
+void backend_set_note(size_t i, uint32_t note);
+
 /* One-shot start of timer i `timeout_ms` from the loop clock; restarts it if
- * it is active. When it fires the backend calls bench_fired(i). */
+ * it is active. When it fires the backend calls bench_fired(i, note). */
 void backend_start(size_t i, uint64_t timeout_ms);
 /* Restarts an active timer ("push the idle timeout back"); each backend uses
  * its own idiom for this (libev: ev_timer_again). */
@@ -77,7 +85,8 @@ int backend_wheel_stats(bench_wheel_stats_t *out);
 
 /* ---- Implemented by workloads.c ---------------------------------------- */
 
-/* Called by the backend from timer i's callback. */
-extern void (*bench_fired)(size_t i);
+/* Called by the backend from timer i's callback, with its note (0 if none
+ * was set). */
+extern void (*bench_fired)(size_t i, uint32_t note);
 
 #endif /* BENCH_H */

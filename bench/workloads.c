@@ -40,7 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
-void (*bench_fired)(size_t i);
+void (*bench_fired)(size_t i, uint32_t note);
 
 /* ---- Clocks, PRNG, statistics ------------------------------------------ */
 
@@ -150,8 +150,9 @@ static void wait_fired(size_t target) {
   }
 }
 
-static void fire_unexpected(size_t i) {
+static void fire_unexpected(size_t i, uint32_t note) {
   (void)i;
+  (void)note;
   unexpected_fires++;
 }
 
@@ -203,7 +204,8 @@ enum { WL_CANCEL = 1, WL_BUMP, WL_EXPIRE, WL_CHURN };
 
 static uint8_t *fired_flag; /* per timer: its callback ran in this repeat */
 
-static void fire_cancel(size_t i) {
+static void fire_cancel(size_t i, uint32_t note) {
+  (void)note;
   fired_flag[i] = 1;
   note_fire_iteration();
   if (++fired == fire_target)
@@ -390,10 +392,9 @@ static void expire_starts(void *arg) {
  * deadlines that passed while the N starts themselves were running cannot be
  * met by any backend, and they fall in the first loop iteration after the
  * starts. Early firings are counted against the deadline itself. */
-static void fire_expire(size_t i) {
+static void fire_expire(size_t i, uint32_t t) {
   double now = backend_now_ms();
-  double deadline = expire_base_ms + timeouts[i];
-  uint32_t t = timeouts[i];
+  double deadline = expire_base_ms + t; /* t: the timer's timeout, its note */
 
   note_fire_iteration();
   if (expire_first_ms < 0)
@@ -429,8 +430,10 @@ static void run_expire(size_t n, unsigned repeats, uint64_t seed) {
   for (unsigned r = 0; r < repeats; r++) {
     bench_wheel_stats_t ws0 = {0}, wsd = {0};
     rng_seed(seed, WL_EXPIRE, r);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
       timeouts[i] = rng_below(1000);
+      backend_set_note(i, timeouts[i]);
+    }
     fired = 0;
     fire_target = n;
     last_timeout = 0;
@@ -484,8 +487,9 @@ static uint32_t *step_timeouts;
  * outlasts them; a timer that fires anyway stays inactive until a step starts
  * it again (restarting it here could keep a slow backend busy firing for
  * ever at N = 10^7). */
-static void fire_churn(size_t i) {
+static void fire_churn(size_t i, uint32_t note) {
   (void)i;
+  (void)note;
   fired++;
 }
 
@@ -619,8 +623,9 @@ static void run_memory(size_t n, uint64_t seed) {
 
 /* ---- million_timers ------------------------------------------------------ */
 
-static void fire_million(size_t i) {
+static void fire_million(size_t i, uint32_t note) {
   (void)i;
+  (void)note;
   fired++;
 }
 

@@ -133,14 +133,16 @@ UVTW_EXTERN void uvtw_wheel_stats(const uvtw_wheel_t *wheel, uvtw_stats_t *out);
 UVTW_EXTERN const char *uvtw_version_string(void);
 
 /* ---- Loop-thread timers (mirror uv_timer_*) ---------------------------- */
-/* All are O(1) in the number of pending timers (a restart of an active timer
- * amortized: one that cannot stay in place is logged, and every 64th
- * applies the batch), allocate nothing, and may be called from inside any
- * wheel callback, on any timer including the one firing. A restart to a
- * later deadline, of a timer due more than 2 to 4 s ahead (past the
- * wheel's ring of one-tick slots: 2048 to 4096 ticks), leaves it where it
- * is in the wheel and touches only the timer; so does a stop followed at
- * once by such a start of the same timer. */
+/* All are O(1) in the number of pending timers (a restart of an active
+ * timer, and a start right after its stop, amortized: one that may not stay
+ * in place is logged, and every 64th applies the batch), allocate nothing,
+ * and may be called from inside any wheel callback, on any timer including
+ * the one firing. A restart to a later deadline, of a timer due more than
+ * 2 to 4 s ahead (past the wheel's ring of one-tick slots: 2048 to 4096
+ * ticks), leaves it where it is in the wheel and touches only the timer. A
+ * stop followed at once by a start of the same timer touches only the
+ * timer too: it is put back and logged, and the batch leaves it there in
+ * that same case, or moves it. */
 
 /* Binds `timer` to `wheel`, inactive. Leaves timer->data alone. */
 UVTW_EXTERN void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer);

@@ -671,6 +671,16 @@ __attribute__((noinline)) static int start_not_in_place(uvtw_wheel_t *w, uvtw_ti
   return timer_start_at(w, timer, cb, deadline, repeat, true);
 }
 
+/* A start on a wheel whose tick is not 1 ms, or whose deadline overflows,
+ * out of line: the fast paths' function then makes no call but tail calls,
+ * and so needs no frame. */
+__attribute__((noinline)) static int start_in_ticks(uvtw_wheel_t *w, uvtw_timer_t *timer,
+                                                    uvtw_timer_cb cb, uint64_t timeout,
+                                                    uint64_t repeat) {
+  uint64_t deadline = ticks_of_ms(w, add_saturating(loop_now(w->loop), timeout));
+  return timer_start_at(w, timer, cb, deadline, repeat, false);
+}
+
 /* A start on another wheel than the last one: remembers it, then starts. */
 __attribute__((noinline)) static int start_switch(uvtw_timer_t *timer, uvtw_timer_cb cb,
                                                   uint64_t timeout, uint64_t repeat) {
@@ -711,8 +721,7 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
     }
     return start_not_in_place(w, timer, cb, deadline, repeat);
   }
-  deadline = ticks_of_ms(w, add_saturating(loop_now(w->loop), timeout));
-  return timer_start_at(w, timer, cb, deadline, repeat, false);
+  return start_in_ticks(w, timer, cb, timeout, repeat);
 in_place:
   set_cb_repeat(timer, cb, repeat);
   return 0;

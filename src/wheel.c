@@ -236,10 +236,8 @@ void wheel_flush(wheel_t *w) {
   w->log_len = 0;
   for (uint32_t i = 0; i < n; i++) {
     const wheel_log_t *record = &w->log[i];
-    if (may_stay_in_place(w, record->old, record->deadline)) {
-      record->entry->deadline = record->deadline; /* an earlier record may have moved it */
-      continue;
-    }
+    if (may_stay_in_place(w, record->old, record->deadline))
+      continue; /* put back by wheel_reinsert, where it may stay */
     /* insert_due compares with the old list's tail, whose deadline may be
      * a logged restart's not yet applied: then it cannot vouch for order. */
     to_old |= record->deadline <= w->due_limit && w->due_limit - record->deadline >= WHEEL_SLOTS;

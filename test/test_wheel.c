@@ -218,11 +218,20 @@ static void random_operation(uint64_t now) {
           model_restart(other, rnd_below(4) == 0 ? now + rnd_below(3) : random_deadline(now));
       }
       break;
-    case 9: /* a burst of idle timeouts pushed back, mostly in place */
+    case 9: /* a burst of idle timeouts pushed back, mostly in place, by
+               restarts or by stop+start pairs (put back and logged), to
+               later deadlines or, for some pairs, any */
       for (uint64_t n = rnd_below(2 * WHEEL_LOG + 10); n > 0; n--) {
         item_t *other = &items[rnd_below(MAX_ENTRIES)];
-        if (other->active)
+        if (!other->active)
+          continue;
+        if (rnd_below(2) == 0) {
           model_restart(other, bumped_deadline(other, now));
+        } else {
+          uint64_t deadline = rnd_below(4) == 0 ? random_deadline(now) : bumped_deadline(other, now);
+          model_remove(other);
+          model_insert(other, deadline);
+        }
       }
       break;
     default:

@@ -607,14 +607,17 @@ static inline uvtw_wheel_t *wheel_known(uvtw_wheel_t *w) {
   return w;
 }
 
-/* Sets a starting timer's callback and repeat. Usually unchanged: a store
- * not made is one less waiting for the store buffer behind the start's
- * cache misses. */
+/* Sets a starting timer's callback and repeat, stored without first
+ * reading what is there: a load from the timer, a cache miss at 10^6
+ * timers (often on a second line: a 56-byte timer straddles two lines 5
+ * times in 8), holds up the CPU until it arrives, while a store goes to
+ * the store buffer and lets it go on to the next operation. Against
+ * storing only what changed, bench at 10^6, 5 to 7 runs interleaved:
+ * bump 32.7 -> 30.1 ns a restart, churn 68.6 -> 63.1 a step, cancel
+ * 12.6 -> 8.3 a start. */
 static inline void set_cb_repeat(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t repeat) {
-  if (timer->cb_ != cb)
-    timer->cb_ = cb;
-  if (timer->repeat_ != repeat)
-    timer->repeat_ = repeat;
+  timer->cb_ = cb;
+  timer->repeat_ = repeat;
 }
 
 /* Applies a full restart log, out of line: see start_not_in_place. */

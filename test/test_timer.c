@@ -692,7 +692,13 @@ static void test_same_iteration_as_uv_timer(void) {
   eq_finish(wheel, &loop, T);
 }
 
-enum { STAGGER_STEPS = 40, STAGGER_NEW = 30, STAGGER_RESTARTS = 6, STAGGER_STOPS = 3 };
+enum {
+  STAGGER_STEPS = 40,
+  STAGGER_NEW = 30,
+  STAGGER_RESTARTS = 6,
+  STAGGER_STOPS = 3,
+  STAGGER_STOP_STARTS = 4
+};
 
 /* Absolute deadlines (ms after the test began) that timers started at
  * different times aim at, so that equal deadlines arrive through different
@@ -735,14 +741,23 @@ static void stagger_step(uv_timer_t *handle) {
     if (p)
       eq_stop(p);
   }
+  for (int k = 0; k < STAGGER_STOP_STARTS; k++) { /* a stop, then at once a start */
+    pair_t *p = stagger_pick_pending(now);
+    if (p) {
+      eq_stop(p);
+      p->stopped = 0;
+      eq_start(p, stagger_timeout(now));
+    }
+  }
   if (eq.step == STAGGER_STEPS / 2)
     sleep_ms(60);
   if (++eq.step == eq.steps)
     uv_timer_stop(handle);
 }
 
-/* Timers started, restarted and stopped at many different moments (from a
- * uv_timer_t callback), each with a uv_timer_t twin treated the same way. */
+/* Timers started, restarted, stopped, and stopped and started again at
+ * once, at many different moments (from a uv_timer_t callback), each with
+ * a uv_timer_t twin treated the same way. */
 static void test_staggered_starts_like_uv_timer(void) {
   const char *T = "staggered starts, restarts and stops";
   uv_loop_t loop;

@@ -674,9 +674,10 @@ __attribute__((noinline)) static int start_not_in_place(uvtw_wheel_t *w, uvtw_ti
   return timer_start_at(w, timer, cb, deadline, repeat, true);
 }
 
-/* A start on a wheel whose tick is not 1 ms, or whose deadline overflows,
- * out of line: the fast paths' function then makes no call but tail calls,
- * and so needs no frame. */
+/* A start worked out from the timeout the general way, out of line: on a
+ * wheel whose tick is not 1 ms, a deadline that overflows, or a wheel
+ * other than the thread's last (start_switch). uvtw_timer_start then makes
+ * no call but tail calls, and so needs no frame. */
 __attribute__((noinline)) static int start_in_ticks(uvtw_wheel_t *w, uvtw_timer_t *timer,
                                                     uvtw_timer_cb cb, uint64_t timeout,
                                                     uint64_t repeat) {
@@ -691,8 +692,7 @@ __attribute__((noinline)) static int start_switch(uvtw_timer_t *timer, uvtw_time
   if (w == NULL)
     return UV_EINVAL;
   set_last_wheel(w);
-  uint64_t deadline = ticks_of_ms(w, add_saturating(loop_now(w->loop), timeout));
-  return timer_start_at(w, timer, cb, deadline, repeat, false);
+  return start_in_ticks(w, timer, cb, timeout, repeat);
 }
 
 int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat) {

@@ -451,8 +451,7 @@ static inline void wheel_restart(wheel_t *w, wheel_entry_t *entry, uint64_t dead
  * that pushes an idle timeout back costs one cache miss, not the three of
  * an unlink and append. O(1). */
 static inline bool wheel_restart_lazy(wheel_t *w, wheel_entry_t *entry, uint64_t deadline) {
-  if (may_stay_in_place(w, entry->deadline, deadline) &&
-      (w->log_len == 0 || tag_before(entry->tag, w->log_tag))) {
+  if (may_stay_in_place(w, entry->deadline, deadline) && !wheel_maybe_logged(w, entry)) {
     entry->deadline = deadline;
     tag_as_newest(w, entry);
     return true;

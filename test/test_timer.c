@@ -2544,12 +2544,16 @@ static void test_prefetch_hints_to_freed_timers(void) {
  * Takes about 4.3 s of loop time. */
 enum { IP_N = 240 };
 static uvtw_timer_t *ip_timers[IP_N];
-static int ip_order[IP_N + 8], ip_fired;
 
-static void ip_cb(uvtw_timer_t *timer) {
-  if (ip_fired < IP_N + 8)
-    ip_order[ip_fired] = (int)(intptr_t)timer->data;
-  ip_fired++;
+/* Records the order callbacks ran in, by the index each timer carries in
+ * `data` (the in-place and stop+start tests). */
+enum { ORDER_CAP = IP_N + 8 };
+static int order_log[ORDER_CAP], order_n;
+
+static void order_cb(uvtw_timer_t *timer) {
+  if (order_n < ORDER_CAP)
+    order_log[order_n] = (int)(intptr_t)timer->data;
+  order_n++;
 }
 
 static void test_in_place_order_past_the_ring(void) {
@@ -2562,7 +2566,7 @@ static void test_in_place_order_past_the_ring(void) {
   wheel = loop_and_wheel_open(&loop, NULL, T);
   if (!wheel)
     return;
-  ip_fired = 0;
+  order_n = 0;
   uv_update_time(&loop);
   for (int i = 0; i < IP_N; i++) {
     ip_timers[i] = malloc(sizeof(uvtw_timer_t));
@@ -2572,7 +2576,7 @@ static void test_in_place_order_past_the_ring(void) {
     }
     uvtw_timer_init(wheel, ip_timers[i]);
     ip_timers[i]->data = (void *)(intptr_t)i;
-    uvtw_timer_start(ip_timers[i], ip_cb, 4200 + (uint64_t)(i % 7) * 10, 0);
+    uvtw_timer_start(ip_timers[i], order_cb, 4200 + (uint64_t)(i % 7) * 10, 0);
   }
   /* From the middle out, so that list order and start order differ:
    * restarts, stop+start pairs, and stops whose memory is freed at once,
@@ -2581,12 +2585,12 @@ static void test_in_place_order_past_the_ring(void) {
     int i = (k % 2 == 0 ? IP_N / 2 + k / 2 : IP_N / 2 - 1 - k / 2);
     switch (k % 4) {
     case 0:
-      uvtw_timer_start(ip_timers[i], ip_cb, 4300, 0);
+      uvtw_timer_start(ip_timers[i], order_cb, 4300, 0);
       break;
     case 1:
     case 2:
       uvtw_timer_stop(ip_timers[i]);
-      uvtw_timer_start(ip_timers[i], ip_cb, 4300, 0);
+      uvtw_timer_start(ip_timers[i], order_cb, 4300, 0);
       break;
     default:
       uvtw_timer_stop(ip_timers[i]);
@@ -2606,7 +2610,7 @@ static void test_in_place_order_past_the_ring(void) {
       continue;
     if (a == 1)
       uvtw_timer_stop(ip_timers[i]);
-    uvtw_timer_start(ip_timers[i], ip_cb, 4300, 0);
+    uvtw_timer_start(ip_timers[i], order_cb, 4300, 0);
     for (int k = 0; k < n_expect; k++)
       if (expect[k] == i) {
         memmove(&expect[k], &expect[k + 1], (size_t)(n_expect - k - 1) * sizeof expect[0]);
@@ -2615,12 +2619,12 @@ static void test_in_place_order_past_the_ring(void) {
       }
   }
   int early = expect[5];
-  uvtw_timer_start(ip_timers[early], ip_cb, 4250, 0); /* earlier: moves, fires first */
+  uvtw_timer_start(ip_timers[early], order_cb, 4250, 0); /* earlier: moves, fires first */
   memmove(&expect[1], &expect[0], 5 * sizeof expect[0]);
   expect[0] = early;
   uv_run(&loop, UV_RUN_DEFAULT);
-  check_fire_order(T, "deadlines in order, equal ones in the order of their last start", ip_order,
-                   ip_fired < IP_N + 8 ? ip_fired : IP_N + 8, expect, n_expect);
+  check_fire_order(T, "deadlines in order, equal ones in the order of their last start", order_log,
+                   order_n < ORDER_CAP ? order_n : ORDER_CAP, expect, n_expect);
   uvtw_stats_t st;
   uvtw_wheel_stats(wheel, &st);
   CHECK_U64(st.active, 0, "%s: nothing left active", T);
@@ -2636,17 +2640,10 @@ static void test_in_place_order_past_the_ring(void) {
  * deadlines, more than the restart log holds, runs in deadline order. */
 static uv_loop_t *ss_loop;
 static uint64_t ss_t0, ss_early_at;
-static int ss_order[200], ss_fired;
 
 static void ss_early_cb(uvtw_timer_t *timer) {
   (void)timer;
   ss_early_at = uv_now(ss_loop) - ss_t0;
-}
-
-static void ss_cb(uvtw_timer_t *timer) {
-  if (ss_fired < 200)
-    ss_order[ss_fired] = (int)(intptr_t)timer->data;
-  ss_fired++;
 }
 
 static void test_stop_start_moves_earlier(void) {
@@ -2662,18 +2659,18 @@ static void test_stop_start_moves_earlier(void) {
   uv_update_time(&loop);
   ss_t0 = uv_now(&loop);
   ss_early_at = UINT64_MAX;
-  ss_fired = 0;
+  order_n = 0;
   /* 150 timers at 4200..4349 ms (past the ring's first 4096 ms); each
    * stopped and started again, in turn, to 4500 - i (even i: earlier, from
    * i = 150 on) or 4500 + i (odd i: later). */
   for (int i = 0; i < 150; i++) {
     uvtw_timer_init(wheel, &many[i]);
     many[i].data = (void *)(intptr_t)i;
-    uvtw_timer_start(&many[i], ss_cb, 4200 + (uint64_t)i, 0);
+    uvtw_timer_start(&many[i], order_cb, 4200 + (uint64_t)i, 0);
   }
   for (int i = 0; i < 150; i++) {
     uvtw_timer_stop(&many[i]);
-    uvtw_timer_start(&many[i], ss_cb, i % 2 == 0 ? 4500 - (uint64_t)i : 4500 + (uint64_t)i, 0);
+    uvtw_timer_start(&many[i], order_cb, i % 2 == 0 ? 4500 - (uint64_t)i : 4500 + (uint64_t)i, 0);
   }
   int expect[150], n = 0;
   for (int i = 148; i >= 0; i -= 2)
@@ -2693,9 +2690,9 @@ static void test_stop_start_moves_earlier(void) {
   tap_ok(ss_early_at >= 30 && ss_early_at < 1000,
          "%s: it ran at %" PRIu64 " ms, not at a deadline armed before (3000 or later)", T,
          ss_early_at);
-  check_fire_order(T, "the batch: earlier and later deadlines, in deadline order", ss_order,
-                   ss_fired < 150 ? ss_fired : 150, expect, n);
-  CHECK_U64((uint64_t)ss_fired, 150, "%s: each of the batch ran once", T);
+  check_fire_order(T, "the batch: earlier and later deadlines, in deadline order", order_log,
+                   order_n < 150 ? order_n : 150, expect, n);
+  CHECK_U64((uint64_t)order_n, 150, "%s: each of the batch ran once", T);
   wheel_close_wait(wheel, &loop, T);
   loop_finish(&loop, T);
 }

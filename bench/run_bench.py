@@ -1,20 +1,28 @@
 #!/usr/bin/env python3
-"""Runs every timer backend on the same workloads and compares them.
+"""Runs uvtw, libuv's uv_timer_t, libev's ev_timer and libevent's evtimer on
+the same workloads and reports them side by side.
 
 Each backend is its own executable (bench_uvtw, bench_uv, bench_ev,
-bench_event), run in its own process: libev exports libevent's symbol names,
-so the two never share a binary. This script runs them one after another on
-each N (rotating the order so machine noise does not always hit the same
-backend), then prints one table with every figure and its ratio to uv_timer_t,
-checks uvtw against its targets, and writes a CSV file and a chart (gnuplot).
+bench_event), run in a fresh process per repetition: libev exports
+libevent's symbol names, so the two never share a binary, and separate
+processes keep heaps and caches apart. The repetitions are interleaved and
+the order of the backends rotates, so noise on a shared machine spreads over
+all of them. Every figure is the median over the repetitions, with the
+smallest and largest value beside it.
 
-  run_bench.py --bindir build/bench            # full run, a few minutes
-  run_bench.py --bindir build/bench --quick    # CI smoke run, under a minute
-  run_bench.py --bindir build/bench --big      # adds N = 10^7 (needs ~4 GB)
+Prints the machine, the versions and one table (the largest N); writes every
+figure at every N to a CSV file and draws the chart (gnuplot) from the same
+run.
+
+  run_bench.py --bindir build-rel/bench              # N = 10^4..10^6, 3 repetitions
+  run_bench.py --bindir build-rel/bench --quick      # N = 10^4, 1 repetition (CI)
+  run_bench.py --bindir build-rel/bench --big        # adds N = 10^7 (about 4 GB of RAM)
 """
 
 import argparse
+import csv
 import datetime
+import json
 import os
 import platform
 import re
@@ -25,62 +33,48 @@ import sys
 import tempfile
 
 BACKENDS = [
-    ("uvtw", "uvtw", "uvtw (the wheel)"),
-    ("uv", "uv_timer_t", "libuv uv_timer_t"),
-    ("ev", "ev_timer", "libev ev_timer"),
-    ("event", "evtimer", "libevent evtimer"),
+    ("uvtw", "uvtw"),
+    ("uv", "uv_timer_t"),
+    ("ev", "libev ev_timer"),
+    ("event", "libevent evtimer"),
 ]
-LABEL = {key: label for key, label, _ in BACKENDS}
+LABEL = dict(BACKENDS)
 MISSING_REASON = {
     "uvtw": "bench_uvtw was not built",
     "uv": "bench_uv was not built",
-    "ev": "libev was not found when meson configured the build (cc.find_library('ev') + ev.h)",
-    "event": "libevent was not found when meson configured the build (dependency('libevent'))",
+    "ev": "libev was not found when meson configured the build (libev-dev)",
+    "event": "libevent was not found when meson configured the build (libevent-dev)",
 }
 
-# (workload, metric, label, is a cost: show the ratio to uv_timer_t)
+# The table's rows: (workload, metric, label). ns figures are process CPU time
+# per operation, made from inside loop callbacks.
 ROWS = [
-    ("cancel", "ns_start", "ns/start", True),
-    ("cancel", "ns_stop", "ns/stop", True),
-    ("cancel", "ns_fire", "ns/fire (the 10% left)", True),
-    ("cancel", "loop_iterations", "loop iterations (fire part)", False),
-    ("cancel", "wakeups", "wakeups (uvtw stats)", False),
-    ("cancel", "wasted_wakeups", "wasted wakeups (uvtw stats)", False),
-    ("bump", "ns_restart", "ns/restart", True),
-    ("expire", "ns_fire", "ns/fire", True),
-    ("expire", "late_p50_ms", "lateness p50 ms", False),
-    ("expire", "late_p99_ms", "lateness p99 ms", False),
-    ("expire", "late_max_ms", "lateness max ms", False),
-    ("expire", "early_fires", "early firings", False),
-    ("expire", "order_violations", "order violations", False),
-    ("expire", "fifo_violations", "FIFO violations (equal deadlines)", False),
-    ("expire", "loop_iterations", "loop iterations", False),
-    ("expire", "wakeups", "wakeups (uvtw stats)", False),
-    ("expire", "wasted_wakeups", "wasted wakeups (uvtw stats)", False),
-    ("churn", "ns_step", "ns/step (stop+start)", True),
-    ("info", "bytes_per_timer", "bytes/timer", True),
+    ("cancel", "ns_start", "start, ns"),
+    ("cancel", "ns_stop", "stop (random order), ns"),
+    ("bump", "ns_restart", "restart (push back), ns"),
+    ("churn", "ns_step", "stop + start (churn), ns"),
+    ("expire", "ns_fire", "fire, ns"),
+    ("info", "bytes_per_timer", "bytes per timer"),
+    ("expire", "late_p99_ms", "fire: lateness p99, ms"),
+    ("expire", "fifo_violations", "fire: FIFO violations"),
+    ("expire", "wasted_wakeups", "fire: wasted wakeups"),
 ]
-MT_ROWS = [
-    ("init_s", "init s (wall)", True),
-    ("dispatch_s", "dispatch s (wall)", True),
-    ("cleanup_s", "cleanup s (wall)", True),
-    ("total_s", "total s (wall)", True),
-    ("cpu_s", "process CPU s", True),
-    ("peak_rss_mib", "peak RSS MiB", True),
+# The chart's panels: ns per operation against N.
+PANELS = [
+    ("cancel", "ns_start", "start"),
+    ("cancel", "ns_stop", "stop (random order)"),
+    ("bump", "ns_restart", "restart (push back)"),
+    ("churn", "ns_step", "stop + start (churn)"),
+    ("expire", "ns_fire", "fire"),
 ]
-CHART = [
-    ("cancel", "ns_start", "cancel: ns/start"),
-    ("cancel", "ns_stop", "cancel: ns/stop"),
-    ("bump", "ns_restart", "bump: ns/restart"),
-    ("churn", "ns_step", "churn: ns/step"),
-    ("expire", "ns_fire", "expire: ns/fire"),
-    ("cancel", "ns_fire", "cancel: ns/fire (10% left)"),
-]
+COLORS = {"uvtw": "#1f77b4", "uv": "#d62728", "ev": "#2ca02c", "event": "#9467bd"}
+# Figures uvtw must report as zero (its contract), or the run is an error.
+CONTRACT = ("early_fires", "order_violations", "fifo_violations")
 
 
 def pow10(n):
     s = "%d" % n
-    if s.startswith("1") and set(s[1:]) <= {"0"} and len(s) > 2:
+    if len(s) > 2 and s[0] == "1" and set(s[1:]) == {"0"}:
         return "10^%d" % (len(s) - 1)
     return s
 
@@ -94,211 +88,190 @@ def fmt(v):
         return "%.0f" % v
     if abs(v) >= 10:
         return "%.1f" % v
-    if abs(v) >= 1:
-        return "%.2f" % v
-    return "%.3f" % v
+    return "%.2f" % v
 
 
+class Samples:
+    """Every value reported, one per repetition: (backend, workload, n,
+    metric) -> [values]."""
 
-def ratio_cells(vals, base, ratio):
-    """Table cells for one row: each backend's value, with its ratio to
-    uv_timer_t's when the row has one."""
-    cells = []
-    for v in vals:
-        if v is None:
-            cells.append("-")
-        elif ratio and base:
-            cells.append("%s (%.2fx)" % (fmt(v), v / base))
-        else:
-            cells.append(fmt(v))
-    return cells
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def loadavg():
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
-
-
-def find_bindir(arg):
-    here = os.path.dirname(os.path.abspath(__file__))
-    cands = [arg] if arg else [os.getcwd(), here,
-                               os.path.join(here, "..", "build-bench", "bench"),
-                               os.path.join(here, "..", "build", "bench")]
-    for d in cands:
-        if d and any(os.access(os.path.join(d, "bench_" + k), os.X_OK) for k, _, _ in BACKENDS):
-            return os.path.abspath(d)
-    sys.exit("run_bench.py: no bench_* executables found%s; build first "
-             "(meson compile -C build) and pass --bindir build/bench" %
-             (" in " + arg if arg else ""))
-
-
-class Results:
     def __init__(self):
-        self.samples = {}  # (backend, workload, n, metric) -> [value per run]
-        self.info = {}     # (backend, key) -> text
+        self.values = {}
+        self.info = {}
 
     def parse(self, text):
         for line in text.splitlines():
             parts = line.split()
             if len(parts) == 6 and parts[0] == "R":
                 _, be, wl, n, metric, value = parts
-                self.samples.setdefault((be, wl, int(n), metric), []).append(float(value))
+                self.values.setdefault((be, wl, int(n), metric), []).append(float(value))
             elif len(parts) >= 3 and parts[0] == "I":
                 self.info[(parts[1], parts[2])] = " ".join(parts[3:])
 
-    @property
-    def values(self):
-        return {k: statistics.median(v) for k, v in self.samples.items()}
-
-    def get(self, be, wl, n, metric):
-        v = self.samples.get((be, wl, n, metric))
-        return statistics.median(v) if v else None
-
-
-def run(cmd, log):
-    log("$ " + " ".join(cmd))
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr.splitlines():
-        log("  " + line)
-    if proc.returncode != 0:
-        log("  FAILED with exit status %d" % proc.returncode)
-    return proc.returncode, proc.stdout
+    def summary(self, be, wl, n, metric):
+        """(median, min, max, count), or None if never reported."""
+        v = self.values.get((be, wl, n, metric))
+        if not v:
+            return None
+        return statistics.median(v), min(v), max(v), len(v)
 
 
-def table(res, backends, ns, mt_n):
-    cols = ["workload", "metric", "N"] + [LABEL[b] for b in backends]
+def cell(s):
+    if s is None:
+        return "-"
+    med, lo, hi, count = s
+    if count == 1 or lo == hi:
+        return fmt(med)
+    return "%s (%s–%s)" % (fmt(med), fmt(lo), fmt(hi))
+
+
+def table(res, backends, n):
+    head = ["N = %s" % pow10(n)] + [LABEL[b] for b in backends]
     rows = []
-    for wl, metric, label, ratio in ROWS:
-        for n in ns:
-            vals = [res.get(b, wl, n, metric) for b in backends]
-            if all(v is None for v in vals):
-                continue
-            base = res.get("uv", wl, n, metric)
-            rows.append([wl, label, pow10(n)] + ratio_cells(vals, base, ratio))
-    if mt_n:
-        for metric, label, ratio in MT_ROWS:
-            vals = [res.get(b, "million_timers", mt_n, metric) for b in backends]
-            if all(v is None for v in vals):
-                continue
-            base = res.get("uv", "million_timers", mt_n, metric)
-            rows.append(["million_timers", label, pow10(mt_n)] + ratio_cells(vals, base, ratio))
-    widths = [max(len(str(r[i])) for r in rows + [cols]) for i in range(len(cols))]
-    out = []
-    line = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"
-    out.append(line(cols))
-    out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    prev = None
-    for r in rows:
-        out.append(line(r if r[0] != prev else [""] + r[1:]))
-        prev = r[0]
+    for wl, metric, label in ROWS:
+        cells = [cell(res.summary(b, wl, n, metric)) for b in backends]
+        if any(c != "-" for c in cells):
+            rows.append([label] + cells)
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    line = lambda r: "| " + " | ".join(c.rjust(w) if i else c.ljust(w)
+                                       for i, (c, w) in enumerate(zip(r, widths))) + " |"
+    out = [line(head), "|" + "|".join("-" * (w + 1) + (":" if i else "-")
+                                      for i, w in enumerate(widths)) + "|"]
+    out += [line(r) for r in rows]
     return "\n".join(out)
 
 
-def targets(res, mt_n):
-    """uvtw's targets at N = 10^6 (churn also at 10^7, million_timers as ratios)."""
-    M = 1000000
-    checks = []
-
-    def at_most(what, value, limit, unit=""):
-        if value is None:
-            checks.append((what, "not run", "<= %s%s" % (fmt(limit), unit), None))
-        else:
-            checks.append((what, fmt(value) + unit, "<= %s%s" % (fmt(limit), unit), value <= limit))
-
-    u = lambda wl, metric, n=M: res.get("uvtw", wl, n, metric)
-    at_most("cancel ns/start @10^6", u("cancel", "ns_start"), 15)
-    at_most("cancel ns/stop @10^6", u("cancel", "ns_stop"), 30)
-    at_most("bump ns/restart @10^6", u("bump", "ns_restart"), 25)
-    at_most("churn ns/step @10^6", u("churn", "ns_step"), 50)
-    at_most("expire ns/fire @10^6", u("expire", "ns_fire"), 100)
-    at_most("churn ns/step @10^7", u("churn", "ns_step", 10 * M), 120)
-    at_most("bytes/timer", u("info", "bytes_per_timer"), 56)
-    at_most("expire wasted wakeups @10^6", u("expire", "wasted_wakeups"), 0)
-    at_most("expire lateness p99 @10^6", u("expire", "late_p99_ms"), 1, " ms")
-    for metric, label, limit in [("init_s", "million_timers init wall", 0.1),
-                                 ("cpu_s", "million_timers process CPU", 0.2),
-                                 ("peak_rss_mib", "million_timers peak RSS", 0.4)]:
-        a = res.get("uvtw", "million_timers", mt_n, metric) if mt_n else None
-        b = res.get("uv", "million_timers", mt_n, metric) if mt_n else None
-        what = "%s (%s timers) vs uv_timer_t" % (label, pow10(mt_n) if mt_n else "-")
-        if a is None or not b:
-            checks.append((what, "not run", "<= %.1fx" % limit, None))
-        else:
-            checks.append((what, "%.3fx" % (a / b), "<= %.1fx" % limit, a / b <= limit))
-    out = ["| target | uvtw | limit | met |", "|---|---|---|---|"]
-    for what, value, limit, ok in checks:
-        out.append("| %s | %s | %s | %s |" % (what, value, limit,
-                                             "n/a" if ok is None else "yes" if ok else "NO"))
-    return "\n".join(out), checks
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return re.sub(r"\s+", " ", line.split(":", 1)[1].strip())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
-def chart(res, backends, ns, path, log):
+def memory_gib():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return "%.0f GiB RAM" % (int(line.split()[1]) / 1048576)
+    except OSError:
+        pass
+    return "RAM unknown"
+
+
+def build_info(bindir):
+    """Compiler and build type of the Meson build that made the executables."""
+    build = os.path.join(bindir, "..")
+    compiler, buildtype = "compiler unknown", "unknown"
+    try:
+        with open(os.path.join(build, "meson-logs", "meson-log.txt")) as f:
+            m = re.search(r"^C compiler for the host machine: .*?\((\w+) ([\d.]+)", f.read(), re.M)
+        if m:
+            compiler = "%s %s" % m.groups()
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(build, "meson-info", "intro-buildoptions.json")) as f:
+            buildtype = {o["name"]: o["value"] for o in json.load(f)}.get("buildtype", "unknown")
+    except (OSError, KeyError, ValueError):
+        pass
+    return "%s, buildtype %s" % (compiler, buildtype)
+
+
+def find_bindir(arg):
+    here = os.path.dirname(os.path.abspath(__file__))
+    cands = [arg] if arg else [os.getcwd(), os.path.join(here, "..", "build-rel", "bench"),
+                               os.path.join(here, "..", "build", "bench")]
+    for d in cands:
+        if any(os.access(os.path.join(d, "bench_" + k), os.X_OK) for k, _ in BACKENDS):
+            return os.path.abspath(d)
+    sys.exit("run_bench.py: no bench_* executables%s; build first "
+             "(meson setup build-rel -Dbuildtype=release && meson compile -C build-rel) "
+             "and pass --bindir build-rel/bench" % (" in " + arg if arg else " found"))
+
+
+def run(cmd, verbose):
+    if verbose:
+        print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr.splitlines():
+        # The executables' progress lines only with -v; anything else always.
+        if verbose or not re.match(r"^bench \w+: \w+, N=\d+, \d+ repeats$", line):
+            print("  " + line, file=sys.stderr, flush=True)
+    return proc.returncode, proc.stdout
+
+
+def write_csv(res, path):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["backend", "workload", "n", "metric", "median", "min", "max", "repetitions"])
+        for (be, wl, n, metric) in sorted(res.values):
+            med, lo, hi, count = res.summary(be, wl, n, metric)
+            w.writerow([be, wl, n, metric, "%.6g" % med, "%.6g" % lo, "%.6g" % hi, count])
+
+
+def read_csv(path):
+    """Samples from a CSV this script wrote, as (median, min, max) triples."""
+    res = Samples()
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            key = (row["backend"], row["workload"], int(row["n"]), row["metric"])
+            res.values[key] = [float(row["min"]), float(row["median"]), float(row["max"])]
+    return res
+
+
+def chart(res, backends, ns, path, subtitle):
+    """One PNG: a panel of ns per operation against N for each operation,
+    one line per backend, median with a bar from min to max."""
     gnuplot = shutil.which("gnuplot")
     if not gnuplot:
-        log("gnuplot not installed: no chart")
+        print("gnuplot is not installed (apt-get install gnuplot-nox): no chart",
+              file=sys.stderr)
         return False
     tmp = tempfile.mkdtemp(prefix="uvtw-bench-")
-    term = "pngcairo size 1500,950 font ',10'"
+    term = "pngcairo size 1500,900 font ',11'"
     if subprocess.run([gnuplot, "-e", "set terminal pngcairo"], stdout=subprocess.DEVNULL,
                       stderr=subprocess.DEVNULL).returncode != 0:
-        term = "png size 1500,950"
+        term = "png size 1500,900"
+    lo_x, hi_x = min(ns) / 2.5, max(ns) * 2.5
     script = ["set terminal %s" % term, "set output '%s'" % path,
-              "set multiplot layout 2,3 title 'uvtw benchmark: CPU ns per operation "
-              "(lower is better), log scales'",
-              "set logscale xy", "set grid", "set key top left font ',9'",
-              "set format x '10^{%L}'", "set xlabel 'N (pending timers)'",
-              "set ylabel 'ns/op'", "set xrange [%g:%g]" % (min(ns) / 2, max(ns) * 2)]
-    for i, (wl, metric, title) in enumerate(CHART):
+              "set multiplot layout 2,3 title \"CPU time per operation, median and min-max "
+              "(lower is better)\\n%s\" noenhanced" % subtitle.replace('"', "'"),
+              "set logscale xy", "set grid",
+              "set xrange [%g:%g]" % (lo_x, hi_x),
+              "set xtics (%s)" % ", ".join("'%s' %d" % (pow10(n).replace("^", "^{") + "}"
+                                                        if "^" in pow10(n) else pow10(n), n)
+                                           for n in ns),
+              "set xlabel 'timers pending (N)'", "set ylabel 'ns'", "unset key"]
+    for i, (wl, metric, title) in enumerate(PANELS):
         plots = []
         for b in backends:
-            pts = [(n, res.get(b, wl, n, metric)) for n in ns]
-            pts = [(n, v) for n, v in pts if v is not None and v > 0]
+            pts = [(n, res.summary(b, wl, n, metric)) for n in ns]
+            pts = [(n, s) for n, s in pts if s is not None and s[1] > 0]
             if not pts:
                 continue
             fn = os.path.join(tmp, "%d_%s.dat" % (i, b))
             with open(fn, "w") as f:
-                for n, v in pts:
-                    f.write("%d %g\n" % (n, v))
-            plots.append("'%s' using 1:2 with linespoints lw 2 pt 7 title '%s' noenhanced" % (fn, LABEL[b]))
-        yardstick = () if metric == "ns_fire" else (
-            ("ns_random_touch", "memory: 1 random touch"),
-            ("ns_dependent_miss", "memory: 1 dependent miss"),
-            ("ns_list_move", "memory: 1 list move (floor)"))
-        for metric_m, label_m in yardstick:
-            pts = [(n, res.get("uv", "memory", n, metric_m)) for n in ns]
-            pts = [(n, v) for n, v in pts if v]
-            if pts:
-                fn = os.path.join(tmp, "%d_%s.dat" % (i, metric_m))
-                with open(fn, "w") as f:
-                    for n, v in pts:
-                        f.write("%d %g\n" % (n, v))
-                style = {"ns_random_touch": "dt 2 lw 1 lc rgb 'gray50'",
-                         "ns_dependent_miss": "dt 3 lw 1 lc rgb 'gray30'",
-                         "ns_list_move": "dt 4 lw 1 lc rgb 'gray10'"}[metric_m]
-                plots.append("'%s' using 1:2 with lines %s title '%s' noenhanced"
-                             % (fn, style, label_m))
+                for n, (med, lo, hi, _) in pts:
+                    f.write("%d %g %g %g\n" % (n, med, lo, hi))
+            plots.append("'%s' using 1:2:3:4 with yerrorlines lw 2 pt 7 ps 0.8 lc rgb '%s' "
+                         "title '%s' noenhanced" % (fn, COLORS[b], LABEL[b]))
         script.append("set title '%s'" % title)
-        if i == 1:
-            script.append("unset key")  # one legend, in the first panel
-        if any("noenhanced" in p and "memory:" not in p for p in plots):
+        if plots:
             script.append("plot " + ", ".join(plots))
-        else:  # nothing measured for this panel
+        else:
             script += ["set label 1 'not run' at graph 0.5,0.5 center",
-                       "plot [%g:%g] [1:10] 0 notitle" % (min(ns) / 2, max(ns) * 2),
-                       "unset label 1"]
+                       "plot [%g:%g] [1:10] 0 notitle" % (lo_x, hi_x), "unset label 1"]
+    # The sixth panel holds the legend.
+    script += ["unset title", "unset border", "unset tics", "unset grid", "unset xlabel",
+               "unset ylabel", "unset logscale", "set xrange [0:1]", "set yrange [0:1]",
+               "set key center center font ',13' spacing 1.6"]
+    script.append("plot " + ", ".join("NaN with linespoints lw 2 pt 7 lc rgb '%s' title '%s' "
+                                      "noenhanced" % (COLORS[b], LABEL[b]) for b in backends))
     script.append("unset multiplot")
     sp = os.path.join(tmp, "chart.gp")
     with open(sp, "w") as f:
@@ -306,7 +279,7 @@ def chart(res, backends, ns, path, log):
     proc = subprocess.run([gnuplot, sp], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     shutil.rmtree(tmp, ignore_errors=True)
     if proc.returncode != 0:
-        log("gnuplot failed: " + proc.stderr.strip())
+        print("gnuplot failed: " + proc.stderr.strip(), file=sys.stderr)
         return False
     return True
 
@@ -314,172 +287,99 @@ def chart(res, backends, ns, path, log):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bindir", help="directory with the bench_* executables (build/bench)")
+    ap.add_argument("--bindir", help="directory with the bench_* executables (build-rel/bench)")
+    ap.add_argument("--n", help="comma-separated timer counts (default 1e4,1e5,1e6)")
+    ap.add_argument("--reps", type=int,
+                    help="repetitions: fresh processes per backend and N (default 3; 1 with "
+                         "--quick)")
     ap.add_argument("--quick", action="store_true",
-                    help="N = 10^4, one repeat, million_timers with 10^5 timers (CI)")
-    ap.add_argument("--big", action="store_true", help="also N = 10^7 (needs ~4 GB of RAM)")
-    ap.add_argument("--n", help="comma-separated timer counts, e.g. 1e4,1e6")
-    ap.add_argument("--repeats", type=int, help="repeats per workload (default: by N)")
-    ap.add_argument("--backends", help="comma-separated subset of uvtw,uv,ev,event")
-    ap.add_argument("--mt-timers", help="timers in million_timers (default 10^7; 10^5 quick)")
+                    help="N = 10^4, 1 repetition, one repeat inside it (a smoke run)")
+    ap.add_argument("--big", action="store_true", help="also N = 10^7 (about 4 GB of RAM)")
+    ap.add_argument("--backends", help="subset of uvtw,uv,ev,event (default: all built)")
     ap.add_argument("--workloads", default="cancel,bump,expire,churn",
-                    help="subset of cancel,bump,expire,churn (million_timers: see below)")
-    ap.add_argument("--runs", type=int, default=1,
-                    help="run every backend process this many times per N, interleaved, and "
-                         "report the median over runs (a shared machine's noise hits whole "
-                         "processes; default 1)")
-    ap.add_argument("--no-million", action="store_true", help="skip million_timers")
-    ap.add_argument("--mt-repeats", type=int,
-                    help="million_timers runs per backend, median taken (default 3; 1 quick)")
-    ap.add_argument("--million-all", action="store_true",
-                    help="run million_timers on libev and libevent too (default: uvtw, uv)")
-    ap.add_argument("--csv", help="CSV output path (default: BINDIR/bench.csv)")
-    ap.add_argument("--chart", help="PNG chart path (default: BINDIR/bench.png)")
-    ap.add_argument("--table", help="also write the report (markdown) to this path")
+                    help="subset of cancel,bump,expire,churn")
+    ap.add_argument("--seed", default="42", help="seed of the operation sequences")
+    ap.add_argument("--csv", help="CSV of every figure (default BINDIR/bench.csv)")
+    ap.add_argument("--chart", help="PNG chart (default BINDIR/chart.png)")
     ap.add_argument("--replot", metavar="CSV",
-                    help="redraw the chart (--chart) from a CSV of an earlier run; runs nothing")
-    ap.add_argument("--seed", default="42")
-    ap.add_argument("-v", "--verbose", action="store_true", help="echo backend progress")
+                    help="redraw the chart from a CSV this script wrote; runs nothing")
+    ap.add_argument("-v", "--verbose", action="store_true", help="show every command")
     args = ap.parse_args()
 
     if args.replot:
-        res = Results()
-        with open(args.replot) as f:
-            next(f)
-            for line in f:
-                b, wl, n, metric, v = line.strip().split(",")[:5]
-                res.samples[(b, wl, int(n), metric)] = [float(v)]
-        ns = sorted({n for (b, wl, n, m) in res.samples if wl in ("cancel", "churn")})
-        backends = [k for k, _, _ in BACKENDS if any(b == k for (b, _, _, _) in res.samples)]
-        out = args.chart or "bench.png"
-        return 0 if chart(res, backends, ns, out, lambda m: print(m, file=sys.stderr)) else 1
+        res = read_csv(args.replot)
+        ns = sorted({n for (_, wl, n, _) in res.values if wl != "info"})
+        backends = [b for b, _ in BACKENDS if any(k[0] == b for k in res.values)]
+        return 0 if chart(res, backends, ns, args.chart or "chart.png", "") else 1
 
     bindir = find_bindir(args.bindir)
     csv_path = args.csv or os.path.join(bindir, "bench.csv")
-    png_path = args.chart or os.path.join(bindir, "bench.png")
-    started = datetime.datetime.now(datetime.timezone.utc)
-
-    progress = re.compile(r"^(\$ |  bench \w+: (\w+, N=\d+, \d+ repeats|million_timers, \d+ timers)$"
-                          r"|  \w+: [\d.]+ seconds \w+$)")
-
-    def log(msg):  # backend warnings always show; progress only with -v
-        if args.verbose or not progress.match(msg):
-            print(msg, file=sys.stderr, flush=True)
-
+    png_path = args.chart or os.path.join(bindir, "chart.png")
     if args.n:
-        ns = [int(float(x)) for x in args.n.split(",") if x]
+        ns = sorted(int(float(x)) for x in args.n.split(",") if x)
     elif args.quick:
         ns = [10000]
     else:
         ns = [10000, 100000, 1000000] + ([10000000] if args.big else [])
-    mt_n = None if args.no_million else int(float(args.mt_timers or (1e5 if args.quick else 1e7)))
+    reps = args.reps or (1 if args.quick else 3)
 
-    wanted = args.backends.split(",") if args.backends else [k for k, _, _ in BACKENDS]
-    backends, notes = [], []
-    for key, _, full in BACKENDS:
-        if key not in wanted:
+    wanted = args.backends.split(",") if args.backends else [b for b, _ in BACKENDS]
+    backends = []
+    for b, label in BACKENDS:
+        if b not in wanted:
             continue
-        exe = os.path.join(bindir, "bench_" + key)
-        if os.access(exe, os.X_OK):
-            backends.append(key)
+        if os.access(os.path.join(bindir, "bench_" + b), os.X_OK):
+            backends.append(b)
         else:
-            notes.append("%s: MISSING, left out of the comparison: %s." % (full, MISSING_REASON[key]))
-    for n in notes:
-        print("NOTE: " + n, file=sys.stderr)
-    if "uv" not in backends:
-        sys.exit("run_bench.py: bench_uv is required (every ratio is to uv_timer_t)")
+            print("note: %s is left out: %s" % (label, MISSING_REASON[b]), file=sys.stderr)
+    if not backends:
+        sys.exit("run_bench.py: none of the requested backends is built")
 
-    res = Results()
+    started = datetime.datetime.now(datetime.timezone.utc)
+    res = Samples()
     failed = []
-    common = ["--seed", args.seed] + (["--quick"] if args.quick else [])
-    if args.repeats:
-        common += ["--repeats", str(args.repeats)]
-    mt_repeats = args.mt_repeats or (1 if args.quick else 3)
-    for r in range(mt_repeats if mt_n else 0):
-        for b in backends:  # interleaved, so noise spreads over both
-            if b in ("uvtw", "uv") or args.million_all:
-                log("million_timers: %s, %s timers, run %d of %d" %
-                    (LABEL[b], pow10(mt_n), r + 1, mt_repeats))
-                rc, out = run([os.path.join(bindir, "bench_" + b), "--workloads",
-                               "million_timers", "--mt-timers", str(mt_n)], log)
-                res.parse(out)
-                if rc:
-                    failed.append("%s million_timers" % b)
-    log("memory yardstick (N cache lines in random order)")
-    rc, out = run([os.path.join(bindir, "bench_uv"), "--workloads", "memory", "--n",
-                   ",".join(str(n) for n in ns)], log)
-    res.parse(out)
+    extra = ["--seed", args.seed] + (["--quick"] if args.quick else [])
     for i, n in enumerate(ns):
-        for r in range(max(args.runs, 1)):
+        for r in range(reps):
             k = (i + r) % len(backends)
-            order = backends[k:] + backends[:k]
-            for b in order:
-                log("N=%s: %s" % (pow10(n), LABEL[b]))
+            for b in backends[k:] + backends[:k]:
+                print("N = %s, repetition %d of %d: %s" % (pow10(n), r + 1, reps, LABEL[b]),
+                      file=sys.stderr, flush=True)
                 rc, out = run([os.path.join(bindir, "bench_" + b), "--workloads",
-                               args.workloads, "--n", str(n)] + common, log)
+                               args.workloads, "--n", str(n)] + extra, args.verbose)
                 res.parse(out)
                 if rc:
-                    failed.append("%s N=%d" % (b, n))
-    finished = datetime.datetime.now(datetime.timezone.utc)
+                    failed.append("%s at N = %s (exit status %d)" % (b, pow10(n), rc))
+    minutes = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60
 
-    versions = sorted(set(v for (b, k), v in res.info.items() if k == "version"))
-    cmd = " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])
+    versions = [res.info[(b, "version")] for b in backends if (b, "version") in res.info]
+    machine = "%s, %d cores, %s; %s %s" % (cpu_model(), os.cpu_count() or 0, memory_gib(),
+                                          platform.system(), platform.release())
     head = [
-        "uvtw benchmark, %s (%.0f s)" % (started.strftime("%Y-%m-%d %H:%M UTC"),
-                                         (finished - started).total_seconds()),
-        "command: %s" % cmd,
-        "CPU: %s, %d cores; load average at the end %s" % (cpu_model(), os.cpu_count() or 0,
-                                                          loadavg()),
+        "uvtw benchmark, %s, %.0f min" % (started.strftime("%Y-%m-%d %H:%M UTC"), minutes),
+        "command: %s" % " ".join(["bench/run_bench.py"] + sys.argv[1:]),
+        "machine: %s" % machine,
+        "build: %s" % build_info(bindir),
         "versions: %s" % "; ".join(versions),
-        "ns = process CPU time per operation, median of repeats%s; ratio in parentheses is to "
-        "uv_timer_t in this run." % (" and of %d runs" % args.runs if args.runs > 1 else ""),
-        "million_timers: median of %d runs per backend." % mt_repeats if mt_n else "",
-        "lateness: loop-clock ms past the deadline (past the first loop iteration after the "
-        "starts, for deadlines the starts themselves overran).",
-    ] + ["NOTE: " + n for n in notes]
-    head = [h for h in head if h]
-    tab = table(res, backends, ns, mt_n)
-    mem = ["Memory yardstick, N cache lines in the workloads' random order: ns per "
-           "independent touch / per dependent miss (a list walk or heap step) / per "
-           "list move (a random 56-byte record unlinked from one of 5 doubly linked "
-           "lists and appended to one, inline: the floor of a churn step or a restart "
-           "for timers on intrusive lists):"]
-    for n in ns:
-        a = res.get("uv", "memory", n, "ns_random_touch")
-        b = res.get("uv", "memory", n, "ns_dependent_miss")
-        c = res.get("uv", "memory", n, "ns_list_move")
-        if a is not None and b is not None:
-            mem.append("  N=%s: %s / %s / %s" % (pow10(n), fmt(a), fmt(b),
-                                                 fmt(c) if c is not None else "-"))
-    tab += "\n\n" + "\n".join(mem)
-    tgt, checks = targets(res, mt_n)
-    report = "\n".join(head) + "\n\n" + tab + "\n\nuvtw targets:\n\n" + tgt + "\n"
-    print(report)
+        "Each cell: median over %d repetition%s (a fresh process each), min-max in "
+        "parentheses. ns = process CPU time per operation, every operation made from inside "
+        "a loop callback." % (reps, "s" if reps > 1 else ""),
+    ]
+    print("\n".join(head) + "\n\n" + table(res, backends, ns[-1]) + "\n")
 
-    with open(csv_path, "w") as f:
-        f.write("backend,workload,n,metric,value,ratio_to_uv\n")
-        for (b, wl, n, metric), v in sorted(res.values.items()):
-            base = res.get("uv", wl, n, metric)
-            f.write("%s,%s,%d,%s,%.6g,%s\n" % (b, wl, n, metric, v,
-                                               "%.4f" % (v / base) if base else ""))
-    print("CSV: %s" % csv_path)
-    if chart(res, backends, ns, png_path, log):
+    write_csv(res, csv_path)
+    print("every N: %s" % csv_path)
+    subtitle = "%s; %s" % (cpu_model(), "; ".join(versions))
+    if chart(res, backends, ns, png_path, subtitle):
         print("chart: %s" % png_path)
-    if args.table:
-        with open(args.table, "w") as f:
-            f.write(report)
 
-    problems = []
-    for n in ns:
-        for metric in ("early_fires", "order_violations", "fifo_violations"):
-            v = res.get("uvtw", "expire", n, metric)
-            if v:
-                problems.append("uvtw broke its contract: %s = %d at N=%s" % (metric, v, pow10(n)))
-    for p in problems:
-        print("ERROR: " + p, file=sys.stderr)
-    if failed:
-        print("ERROR: failed runs: " + ", ".join(failed), file=sys.stderr)
-    return 1 if failed or problems else 0
+    errors = ["%s reported %s = %s at N = %s" % (LABEL[be], metric, fmt(v), pow10(n))
+              for (be, wl, n, metric), vals in sorted(res.values.items())
+              if metric in CONTRACT and be == "uvtw" for v in vals if v]
+    errors += ["failed run: " + f for f in failed]
+    for e in errors:
+        print("error: " + e, file=sys.stderr)
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

@@ -1,39 +1,25 @@
-/* http_server: an HTTP/1.1 keep-alive server on libuv TCP with the three
- * timeouts of Node's http.Server, each one timer per connection on a uvtw
- * wheel (or, built with -DUSE_UV_TIMER, one uv_timer_t per timeout, for
- * comparison).
+/* http_server: an HTTP/1.1 keep-alive server on libuv TCP that keeps the
+ * promises of Node's http.Server, with every per-connection timeout a timer
+ * on a uvtw wheel. Run it with --help for the options and how it differs
+ * from Node; usage_text below is the same text.
  *
- *   headersTimeout   (default 60 s)  the whole request head must arrive in
- *                                    time: a client trickling header bytes
- *                                    (slowloris) is cut off with a 408.
- *   requestTimeout   (default 300 s) the whole request, body included.
- *   keepAliveTimeout (default 5 s)   idle time allowed between requests.
+ * A connection is under a timer in every state:
  *
- * Both request timeouts count from the moment the connection is accepted
- * (first request) or from the first byte of the next request (keep-alive);
- * the keep-alive timeout counts from the moment the previous response was
- * written. 0 disables a timeout, as in Node.
+ *   READING    a request is awaited or arriving: headersTimeout (the head,
+ *              the slowloris defence) and requestTimeout (the whole request)
+ *   IDLE       between requests: keepAliveTimeout
+ *   HANDLING   the answer is being prepared (/delay): the answer's own task
+ *   WRITING    the answer is queued because the client does not read: the
+ *              send timeout; bytes the client pipelines meanwhile are kept up
+ *              to PENDING_MAX, then reading pauses
+ *   DRAINING   the last answer is queued: the send timeout
+ *   LINGERING  the write side is shut down; what the client still sends is
+ *              read and discarded until its EOF or LINGER_MS, so that closing
+ *              does not reset the connection before it read the answer
  *
- * Routes:
- *   GET /              "hello\n"
- *   GET /delay?ms=N    answers after N ms. The delay runs on the thread pool:
- *                      a work item (uv_queue_work) renders the body on a
- *                      worker thread and schedules the answer's deadline on
- *                      the wheel from that thread (uvtw_schedule + ticket).
- *                      If the connection closes first the ticket is
- *                      cancelled; every ticket is released exactly once.
- *   GET /stats         the counters below as one line of key=value pairs
+ * Requests on one connection are answered one at a time, in order.
  *
- * SIGINT/SIGTERM: stop accepting, close every connection, wait for work
- * items in flight, print the counters (one `stats ...` line on stdout),
- * close the wheel and exit 0 with everything freed.
- *
- * Requests on one connection are handled one at a time, in order: bytes
- * that arrive while a request is being answered (pipelining) are kept and
- * parsed once the response is written.
- *
- * Parser: llhttp (Node's own parser) when built against Debian's
- * node-llhttp sources, else libhttp-parser; see the adapter below. */
+ * Parser: llhttp (Node's own), from Debian's node-llhttp sources. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
 #endif
@@ -48,112 +34,212 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <llhttp.h>
 #include <uv.h>
 
 #include "uvtw.h"
 
-#ifdef HTTP_PARSER_LLHTTP
-#include <llhttp.h>
-#else
-#include <http_parser.h>
-#endif
-
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+static const char usage_text[] =
+    "usage: http_server [options]\n"
+    "  --host ADDR                 listen address (default 127.0.0.1)\n"
+    "  --port N                    0 picks a free port (default 0); prints 'listening on HOST:PORT'\n"
+    "  --headers-timeout MS        Node's headersTimeout (default 60000): the request head\n"
+    "  --request-timeout MS        Node's requestTimeout (default 300000): the whole request\n"
+    "  --keep-alive-timeout MS     Node's keepAliveTimeout (default 5000): idle between requests;\n"
+    "                              responses advertise 'Keep-Alive: timeout=floor(MS/1000)'\n"
+    "  --send-timeout MS           a queued response must be taken by the client within MS\n"
+    "                              (default 30000); then the connection closes\n"
+    "  --max-header-size BYTES     Node's --max-http-header-size (default 16384): 431 beyond\n"
+    "  --max-headers-count N       Node's maxHeadersCount (default 2000): 431 beyond\n"
+    "  --max-body-size BYTES       413 beyond, 417 to 'Expect: 100-continue' (default 1048576)\n"
+    "  --shutdown-grace MS         after SIGTERM/SIGINT, time left to in-flight requests\n"
+    "                              (default 10000)\n"
+    "  --wheel-tick-ms N           uvtw_options_t.tick_ms of the wheel (default 1)\n"
+    "  --fail-accept-allocs N      fault injection: the first N connection allocations fail\n"
+    "0 disables a timeout. Routes: GET|HEAD / (hello), /delay?ms=N (answer after N ms, from\n"
+    "the thread pool via uvtw_schedule), /stats (counters), POST /upload (counts the body).\n"
+    "Signals: the first SIGTERM/SIGINT stops accepting, closes idle connections, answers\n"
+    "requests in flight (with 'Connection: close') and exits 0 when they are done or the\n"
+    "grace period is over, printing what it dropped; a second one exits at once (128+signal).\n"
+    "Differences from Node's http.Server: an idle connection closes at keepAliveTimeout (Node\n"
+    "adds 1 s; both never close before the advertised timeout); a CONNECT gets 405 and a clean\n"
+    "close (Node destroys the socket without a reply); a client that half-closes still gets\n"
+    "every response it asked for (Node drops them); a client that does not read its responses\n"
+    "is closed after --send-timeout (Node keeps it forever); more than maxHeadersCount headers\n"
+    "get 431 (Node drops the extra headers); a body above --max-body-size gets 413 (Node has\n"
+    "no limit); the shutdown grace period (Node's server.close() waits without limit).\n";
 
 /* ---- Options and counters ------------------------------------------------ */
 
-static struct {
+typedef struct server_config_s {
   uint64_t headers_timeout;
   uint64_t request_timeout;
   uint64_t keep_alive_timeout;
+  uint64_t send_timeout;
+  uint64_t shutdown_grace;
+  uint64_t max_header_size;
+  uint64_t max_headers_count;
+  uint64_t max_body_size;
+  uint64_t fail_accept_allocs;
   const char *host;
   int port;
-} options = {60000, 300000, 5000, "127.0.0.1", 0};
+} server_config_t;
+
+static server_config_t config = {
+    .headers_timeout = 60000,
+    .request_timeout = 300000,
+    .keep_alive_timeout = 5000,
+    .send_timeout = 30000,
+    .shutdown_grace = 10000,
+    .max_header_size = 16384,
+    .max_headers_count = 2000,
+    .max_body_size = 1048576,
+    .fail_accept_allocs = 0,
+    .host = "127.0.0.1",
+    .port = 0,
+};
+
+#define LINGER_MS 2000      /* lingering close: the longest wait for the client's EOF */
+#define ACCEPT_RETRY_MS 50  /* after a failed allocation at accept */
+#define URL_MAX 64
+#define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
 
 enum close_reason {
   CLOSE_HEADERS_TIMEOUT,
   CLOSE_REQUEST_TIMEOUT,
   CLOSE_KEEPALIVE_TIMEOUT,
+  CLOSE_SEND_TIMEOUT,   /* the client did not take a queued response */
   CLOSE_PEER,           /* EOF or error from the client */
   CLOSE_NOT_KEEPALIVE,  /* Connection: close, HTTP/1.0 */
-  CLOSE_BAD_REQUEST,    /* the parser refused the bytes */
+  CLOSE_BAD_REQUEST,    /* an error response (400, 405, 413, 417, 431) */
+  CLOSE_NO_MEMORY,      /* an allocation failed */
   CLOSE_SHUTDOWN,       /* SIGINT/SIGTERM */
   CLOSE_REASONS
 };
 
 static const char *const close_reason_names[CLOSE_REASONS] = {
     "closed_headers_timeout", "closed_request_timeout", "closed_keepalive_timeout",
-    "closed_by_peer",         "closed_not_keepalive",   "closed_bad_request",
-    "closed_shutdown"};
+    "closed_send_timeout",    "closed_by_peer",         "closed_not_keepalive",
+    "closed_bad_request",     "closed_no_memory",       "closed_shutdown"};
 
 static struct {
   uint64_t accepted, open, open_peak;
-  uint64_t requests;       /* responses written in full */
+  uint64_t accept_errors;   /* accept failed (EMFILE...): libuv dropped the connection */
+  uint64_t accept_nomem;    /* no memory for a connection: accept retried later */
+  uint64_t requests;        /* responses written in full */
   uint64_t closed[CLOSE_REASONS];
+  uint64_t linger_timeouts; /* lingering closes that ended without the client's EOF */
   uint64_t timers_armed, timers_armed_peak;
-  uint64_t early_fires;    /* timeouts that fired before uv_now() reached their deadline */
-  uint64_t late_max_ms;    /* largest uv_now() - deadline seen at a timeout */
+  uint64_t early_fires;     /* timeouts that fired before their deadline */
+  uint64_t late_max_ms;     /* largest now - deadline seen at a timeout */
   uint64_t delay_scheduled, delay_fired, delay_cancelled, delay_failed;
+  uint64_t drain_answered;  /* responses written after the first signal */
+  uint64_t drain_dropped;   /* connections with a request in flight closed by the shutdown */
 } counters;
 
-/* ---- Per-connection timeouts: a uvtw timer, or a uv_timer_t --------------- */
+/* ---- The clock ------------------------------------------------------------ */
+
+static uv_loop_t *loop;
+static uvtw_wheel_t *wheel;
+
+/* The time every timeout counts on: the wheel's clock, which is the loop's. */
+static uint64_t now_ms(void) {
+  return uv_now(loop);
+}
+
+/* ---- Connection timers: the one seam between uvtw and uv_timer_t ----------
+ * Built with -DUSE_UV_TIMER (http_server_uvtimer) each connection timer is a
+ * uv_timer_t instead, for the benchmark's comparison; nothing else differs. */
 
 #ifdef USE_UV_TIMER
 typedef uv_timer_t conn_timer_t;
 #define TIMER_IMPL "uv_timer"
+static void ctimer_init(conn_timer_t *t, void *data) {
+  uv_timer_init(loop, t);
+  t->data = data;
+}
+static int ctimer_start(conn_timer_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
+  return uv_timer_start(t, cb, ms, 0);
+}
+static void ctimer_stop(conn_timer_t *t) {
+  uv_timer_stop(t);
+}
+static int ctimer_active(const conn_timer_t *t) {
+  return uv_is_active((const uv_handle_t *)t);
+}
+/* Returns how many close callbacks will come for it (0 or 1). */
+static int ctimer_close(conn_timer_t *t, uv_close_cb cb) {
+  uv_close((uv_handle_t *)t, cb);
+  return 1;
+}
 #else
 typedef uvtw_timer_t conn_timer_t;
 #define TIMER_IMPL "uvtw"
+static void ctimer_init(conn_timer_t *t, void *data) {
+  uvtw_timer_init(wheel, t);
+  t->data = data;
+}
+static int ctimer_start(conn_timer_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
+  return uvtw_timer_start(t, cb, ms, 0);
+}
+static void ctimer_stop(conn_timer_t *t) {
+  uvtw_timer_stop(t);
+}
+static int ctimer_active(const conn_timer_t *t) {
+  return uvtw_timer_is_active(t);
+}
+static int ctimer_close(conn_timer_t *t, uv_close_cb cb) {
+  (void)cb;
+  uvtw_timer_stop(t); /* an inactive uvtw timer holds nothing */
+  return 0;
+}
 #endif
-typedef void (*conn_timer_cb)(conn_timer_t *timer);
 
 typedef struct timeout_s {
-  conn_timer_t handle;
-  uint64_t deadline; /* uv_now() + timeout at the last start: checks never-early */
+  conn_timer_t timer;
+  uint64_t deadline; /* now_ms() + timeout at the last start: checks never-early */
 } timeout_t;
 
-/* ---- HTTP parser adapter ---------------------------------------------------- */
+/* ---- Connections ------------------------------------------------------------ */
 
-#ifdef HTTP_PARSER_LLHTTP
-typedef llhttp_t parser_t;
-#define PARSER_NAME "llhttp"
-#else
-typedef http_parser parser_t;
-#define PARSER_NAME "http_parser"
-#endif
-
-enum conn_state {
-  ST_READING,  /* waiting for (the rest of) a request; headers/request timeouts armed */
-  ST_IDLE,     /* between requests; keep-alive timeout armed */
-  ST_HANDLING, /* request complete, answer not yet ready (/delay) */
-  ST_WRITING,  /* answer being written; connection stays open */
-  ST_DRAINING, /* last answer being written; then close */
-  ST_CLOSING   /* uv_close called */
-};
-
-#define URL_MAX 64
-#define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
+enum conn_state { ST_READING, ST_IDLE, ST_HANDLING, ST_WRITING, ST_DRAINING, ST_LINGERING,
+                  ST_CLOSING };
 
 typedef struct delay_job_s delay_job_t;
 
 typedef struct conn_s {
   uv_tcp_t tcp;
-  parser_t parser;
-  timeout_t headers_timeout, request_timeout, keep_alive_timeout;
+  llhttp_t parser;
+  timeout_t headers_timeout, request_timeout;
+  timeout_t io_timeout;       /* keep-alive (IDLE), send (WRITING, DRAINING), linger */
   struct conn_s *prev, *next; /* all open connections, for shutdown */
   delay_job_t *job;           /* the /delay answer in progress, if any */
   char *pending;              /* unparsed bytes received while answering */
   uint32_t pending_len;
+  uint32_t head_bytes;        /* URL, header names and values of the current head */
+  uint32_t header_count;
+  uint32_t body_bytes;
   uint8_t state;
   uint8_t keep_alive;         /* the request being answered allows another */
   uint8_t reading;
+  uint8_t peer_ended;         /* EOF from the client: answer what it sent, then close */
+  uint8_t request_started;    /* a byte of the current request has arrived */
+  uint8_t method;             /* llhttp_method_t of the current request */
   uint8_t url_len;
+  uint8_t url_flags;          /* URL_TRUNCATED, URL_SKIP_AUTHORITY */
+  uint8_t expect_field;       /* matched length of "expect" in the header name; 0xff: no */
+  uint8_t expect_value;       /* matched length of "100-continue" in its value; 0xff: no */
+  uint8_t expect;             /* EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER */
+  uint8_t close_reason;
+  uint16_t error_status;      /* an error response decided inside a parser callback */
+  uint8_t handles_open;       /* close callbacks still to come; freed at 0 */
   char url[URL_MAX];
-  enum close_reason close_reason;
-#ifdef USE_UV_TIMER
-  int handles_open; /* tcp + three timers; freed when all are closed */
-#endif
 } conn_t;
+
+enum { URL_TRUNCATED = 1, URL_SKIP_AUTHORITY = 2 };
+enum { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
 
 /* A /delay answer: rendered on a worker thread, sent when its task is due. */
 struct delay_job_s {
@@ -169,50 +255,37 @@ struct delay_job_s {
   char body[64];           /* written by the worker before uvtw_schedule */
 };
 
-static uv_loop_t *loop;
-static uvtw_wheel_t *wheel;
 static uv_tcp_t server;
 static uv_signal_t sigint_handle, sigterm_handle;
+static uvtw_timer_t accept_retry_timer, grace_timer;
+static int accept_waiting;      /* a connection waits in the listener for memory */
 static conn_t *connections;     /* list head */
 static uint64_t work_in_flight; /* delay jobs whose after_work has not run */
-static int shutting_down, wheel_closing;
+static int shutting_down, wheel_closing, exit_status;
+static uint64_t shutdown_started_ms;
+static llhttp_settings_t parser_settings;
 
 static void conn_close(conn_t *c, enum close_reason reason);
 static void conn_feed(conn_t *c, const char *data, size_t len);
+static void conn_resume(conn_t *c);
+static int conn_read_start(conn_t *c);
 static void maybe_finish_shutdown(void);
 
 /* ---- Timeouts ------------------------------------------------------------- */
 
 static void timeout_init(conn_t *c, timeout_t *t) {
-#ifdef USE_UV_TIMER
-  uv_timer_init(loop, &t->handle);
-#else
-  uvtw_timer_init(wheel, &t->handle);
-#endif
-  t->handle.data = c;
+  ctimer_init(&t->timer, c);
   t->deadline = 0;
 }
 
-static int timeout_active(const timeout_t *t) {
-#ifdef USE_UV_TIMER
-  return uv_is_active((const uv_handle_t *)&t->handle);
-#else
-  return uvtw_timer_is_active(&t->handle);
-#endif
-}
-
 /* Arms (or re-arms) the timeout; ms == 0 leaves it disarmed (disabled). */
-static void timeout_start(timeout_t *t, conn_timer_cb cb, uint64_t ms) {
-  int was_active = timeout_active(t);
+static void timeout_start(timeout_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
+  int was_active = ctimer_active(&t->timer);
   int r;
   if (ms == 0)
     return;
-  t->deadline = uv_now(loop) + ms;
-#ifdef USE_UV_TIMER
-  r = uv_timer_start(&t->handle, cb, ms, 0);
-#else
-  r = uvtw_timer_start(&t->handle, cb, ms, 0);
-#endif
+  t->deadline = now_ms() + ms;
+  r = ctimer_start(&t->timer, cb, ms);
   if (r != 0) {
     fprintf(stderr, "http_server: timer start: %s\n", uv_strerror(r));
     return;
@@ -222,20 +295,16 @@ static void timeout_start(timeout_t *t, conn_timer_cb cb, uint64_t ms) {
 }
 
 static void timeout_stop(timeout_t *t) {
-  if (!timeout_active(t))
+  if (!ctimer_active(&t->timer))
     return;
-#ifdef USE_UV_TIMER
-  uv_timer_stop(&t->handle);
-#else
-  uvtw_timer_stop(&t->handle);
-#endif
+  ctimer_stop(&t->timer);
   counters.timers_armed--;
 }
 
 /* Bookkeeping at the top of every timeout callback (the timer is one-shot,
  * so it is already inactive). */
 static void timeout_fired(timeout_t *t) {
-  uint64_t now = uv_now(loop);
+  uint64_t now = now_ms();
   counters.timers_armed--;
   if (now < t->deadline)
     counters.early_fires++;
@@ -268,22 +337,28 @@ static size_t format_stats(char *out, size_t size) {
     if (w_ > 0)                                                                          \
       n += (size_t)w_;                                                                   \
   } while (0)
-  PUT("timers=%s parser=%s", TIMER_IMPL, PARSER_NAME);
+  PUT("timers=%s parser=llhttp-%d.%d.%d", TIMER_IMPL, LLHTTP_VERSION_MAJOR,
+      LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH);
   PUT(" headers_timeout_ms=%" PRIu64 " request_timeout_ms=%" PRIu64
-      " keep_alive_timeout_ms=%" PRIu64,
-      options.headers_timeout, options.request_timeout, options.keep_alive_timeout);
-  PUT(" accepted=%" PRIu64 " open=%" PRIu64 " open_peak=%" PRIu64 " requests=%" PRIu64,
-      counters.accepted, counters.open, counters.open_peak, counters.requests);
+      " keep_alive_timeout_ms=%" PRIu64 " send_timeout_ms=%" PRIu64,
+      config.headers_timeout, config.request_timeout, config.keep_alive_timeout,
+      config.send_timeout);
+  PUT(" accepted=%" PRIu64 " open=%" PRIu64 " open_peak=%" PRIu64 " accept_errors=%" PRIu64
+      " accept_nomem=%" PRIu64 " requests=%" PRIu64,
+      counters.accepted, counters.open, counters.open_peak, counters.accept_errors,
+      counters.accept_nomem, counters.requests);
   for (i = 0; i < CLOSE_REASONS; i++)
     PUT(" %s=%" PRIu64, close_reason_names[i], counters.closed[i]);
+  PUT(" linger_timeouts=%" PRIu64 " drain_answered=%" PRIu64 " drain_dropped=%" PRIu64,
+      counters.linger_timeouts, counters.drain_answered, counters.drain_dropped);
   PUT(" timers_armed=%" PRIu64 " timers_armed_peak=%" PRIu64 " early_fires=%" PRIu64
       " late_max_ms=%" PRIu64,
       counters.timers_armed, counters.timers_armed_peak, counters.early_fires,
       counters.late_max_ms);
   PUT(" delay_scheduled=%" PRIu64 " delay_fired=%" PRIu64 " delay_cancelled=%" PRIu64
-      " delay_failed=%" PRIu64,
+      " delay_failed=%" PRIu64 " delay_in_flight=%" PRIu64,
       counters.delay_scheduled, counters.delay_fired, counters.delay_cancelled,
-      counters.delay_failed);
+      counters.delay_failed, work_in_flight);
   PUT(" conn_bytes=%zu timer_bytes=%zu rss_kib=%ld", sizeof(conn_t), sizeof(conn_timer_t),
       rss_kib());
   PUT(" wheel_active=%" PRIu64 " wheel_started=%" PRIu64 " wheel_stopped=%" PRIu64
@@ -301,15 +376,44 @@ static size_t format_stats(char *out, size_t size) {
 typedef struct write_req_s {
   uv_write_t req;
   conn_t *conn;
+  int interim; /* 100 Continue: not the answer */
   char data[];
 } write_req_t;
 
-static void conn_resume(conn_t *c);
-static int conn_read_start(conn_t *c);
+static void on_send_timeout(conn_timer_t *timer);
+static void on_linger_timeout(conn_timer_t *timer);
+static void on_keep_alive_timeout(conn_timer_t *timer);
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+  (void)status;
+  free(req); /* the linger timer or the client's EOF ends the connection */
+}
+
+/* The last answer is written: close, after the client's EOF if it may still
+ * be sending (closing with unread bytes would reset the connection and could
+ * destroy the answer before the client read it). */
+static void conn_finish(conn_t *c) {
+  uv_shutdown_t *req;
+  if (c->peer_ended) {
+    conn_close(c, (enum close_reason)c->close_reason);
+    return;
+  }
+  req = malloc(sizeof *req);
+  if (req == NULL || uv_shutdown(req, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+    free(req);
+    conn_close(c, (enum close_reason)c->close_reason);
+    return;
+  }
+  c->state = ST_LINGERING;
+  timeout_start(&c->io_timeout, on_linger_timeout, LINGER_MS);
+  if (!c->reading && conn_read_start(c) != 0)
+    conn_close(c, (enum close_reason)c->close_reason);
+}
 
 static void on_write(uv_write_t *req, int status) {
   write_req_t *w = container_of(req, write_req_t, req);
   conn_t *c = w->conn;
+  int interim = w->interim;
   free(w);
   if (c->state == ST_CLOSING)
     return; /* cancelled by uv_close */
@@ -317,81 +421,146 @@ static void on_write(uv_write_t *req, int status) {
     conn_close(c, CLOSE_PEER);
     return;
   }
+  if (interim)
+    return;
+  timeout_stop(&c->io_timeout); /* the send timeout */
+  counters.requests++;
+  if (shutting_down)
+    counters.drain_answered++;
   if (c->state == ST_DRAINING) {
-    conn_close(c, c->close_reason);
+    conn_finish(c);
     return;
   }
   assert(c->state == ST_WRITING);
-  counters.requests++;
-  if (!c->keep_alive) {
-    conn_close(c, CLOSE_NOT_KEEPALIVE);
-    return;
-  }
   conn_resume(c);
 }
 
-/* Writes one response. `final` closes the connection once it is written. */
+/* Queues bytes on the connection; a response that the kernel did not take at
+ * once is under the send timeout. Returns 0 or closes the connection. */
+static int conn_write(conn_t *c, write_req_t *w, size_t len) {
+  uv_buf_t buf = uv_buf_init(w->data, (unsigned)len);
+  int r;
+  w->conn = c;
+  r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
+  if (r != 0) {
+    free(w);
+    conn_close(c, CLOSE_PEER);
+    return r;
+  }
+  if (!w->interim && uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0)
+    timeout_start(&c->io_timeout, on_send_timeout, config.send_timeout);
+  return 0;
+}
+
+/* Writes one response. `final` closes the connection once it is written.
+ * A HEAD request gets the headers, Content-Length included, without the body. */
 static void conn_respond(conn_t *c, int status, const char *reason, const char *body,
                          size_t body_len, int final) {
   static const char fmt[] = "HTTP/1.1 %d %s\r\n"
                             "Content-Type: text/plain\r\n"
                             "Content-Length: %zu\r\n"
-                            "Connection: %s\r\n\r\n";
-  size_t cap = sizeof fmt + 64 + strlen(reason) + body_len;
-  write_req_t *w = malloc(sizeof *w + cap);
-  uv_buf_t buf;
-  int n, r;
+                            "%s\r\n";
+  char conn_header[64];
+  size_t cap, n;
+  write_req_t *w;
+  int send_body = c->method != HTTP_HEAD;
+  /* While shutting down, or after the client's EOF, the answer to the last
+   * request received closes the connection. */
+  if ((shutting_down || c->peer_ended) && c->pending_len == 0)
+    final = 1;
+  if (!c->keep_alive)
+    final = 1;
+  if (final)
+    snprintf(conn_header, sizeof conn_header, "Connection: close\r\n");
+  else if (config.keep_alive_timeout > 0)
+    snprintf(conn_header, sizeof conn_header,
+             "Connection: keep-alive\r\nKeep-Alive: timeout=%" PRIu64 "\r\n",
+             config.keep_alive_timeout / 1000);
+  else
+    snprintf(conn_header, sizeof conn_header, "Connection: keep-alive\r\n");
+  cap = sizeof fmt + 32 + strlen(reason) + strlen(conn_header) + body_len;
+  w = malloc(sizeof *w + cap);
   if (w == NULL) {
-    conn_close(c, CLOSE_SHUTDOWN);
+    conn_close(c, CLOSE_NO_MEMORY);
     return;
   }
-  n = snprintf(w->data, cap, fmt, status, reason, body_len,
-               final || !c->keep_alive ? "close" : "keep-alive");
-  memcpy(w->data + n, body, body_len);
-  w->conn = c;
-  buf = uv_buf_init(w->data, (unsigned)(n + (int)body_len));
-  if (final)
-    c->state = ST_DRAINING;
-  else
-    c->state = ST_WRITING;
-  r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
-  if (r != 0) {
-    free(w);
-    conn_close(c, CLOSE_PEER);
+  w->interim = 0;
+  n = (size_t)snprintf(w->data, cap, fmt, status, reason, body_len, conn_header);
+  if (send_body) {
+    memcpy(w->data + n, body, body_len);
+    n += body_len;
   }
+  if (final) {
+    c->state = ST_DRAINING;
+    if (c->close_reason == CLOSE_PEER) { /* the default: no timeout or error named one */
+      if (shutting_down)
+        c->close_reason = CLOSE_SHUTDOWN;
+      else if (!c->keep_alive)
+        c->close_reason = CLOSE_NOT_KEEPALIVE;
+      else if (!c->peer_ended)
+        c->close_reason = CLOSE_BAD_REQUEST; /* a 503 */
+    }
+  } else {
+    c->state = ST_WRITING;
+  }
+  conn_write(c, w, n);
+}
+
+/* An error response that ends the connection. */
+static void conn_fail(conn_t *c, int status) {
+  const char *reason;
+  char body[64];
+  int n;
+  switch (status) {
+  case 405: reason = "Method Not Allowed"; break;
+  case 408: reason = "Request Timeout"; break;
+  case 413: reason = "Payload Too Large"; break;
+  case 417: reason = "Expectation Failed"; break;
+  case 431: reason = "Request Header Fields Too Large"; break;
+  default: status = 400; reason = "Bad Request"; break;
+  }
+  timeout_stop(&c->headers_timeout);
+  timeout_stop(&c->request_timeout);
+  timeout_stop(&c->io_timeout);
+  if (status != 408)
+    c->close_reason = CLOSE_BAD_REQUEST;
+  n = snprintf(body, sizeof body, "%d %s\n", status, reason);
+  conn_respond(c, status, reason, body, (size_t)n, 1);
 }
 
 /* ---- Timeout callbacks ---------------------------------------------------- */
 
-/* Headers or request timeout: like Node, answer 408 and close. */
-static void request_timed_out(conn_t *c, enum close_reason reason) {
-  static const char body[] = "request timeout\n";
-  timeout_stop(&c->headers_timeout);
-  timeout_stop(&c->request_timeout);
-  c->close_reason = reason;
-  if (c->reading) {
-    uv_read_stop((uv_stream_t *)&c->tcp);
-    c->reading = 0;
-  }
-  conn_respond(c, 408, "Request Timeout", body, sizeof body - 1, 1);
-}
-
 static void on_headers_timeout(conn_timer_t *timer) {
   conn_t *c = timer->data;
   timeout_fired(&c->headers_timeout);
-  request_timed_out(c, CLOSE_HEADERS_TIMEOUT);
+  c->close_reason = CLOSE_HEADERS_TIMEOUT;
+  conn_fail(c, 408); /* like Node: 408 and close */
 }
 
 static void on_request_timeout(conn_timer_t *timer) {
   conn_t *c = timer->data;
   timeout_fired(&c->request_timeout);
-  request_timed_out(c, CLOSE_REQUEST_TIMEOUT);
+  c->close_reason = CLOSE_REQUEST_TIMEOUT;
+  conn_fail(c, 408);
 }
 
 static void on_keep_alive_timeout(conn_timer_t *timer) {
   conn_t *c = timer->data;
-  timeout_fired(&c->keep_alive_timeout);
+  timeout_fired(&c->io_timeout);
   conn_close(c, CLOSE_KEEPALIVE_TIMEOUT);
+}
+
+static void on_send_timeout(conn_timer_t *timer) {
+  conn_t *c = timer->data;
+  timeout_fired(&c->io_timeout);
+  conn_close(c, CLOSE_SEND_TIMEOUT);
+}
+
+static void on_linger_timeout(conn_timer_t *timer) {
+  conn_t *c = timer->data;
+  timeout_fired(&c->io_timeout);
+  counters.linger_timeouts++;
+  conn_close(c, (enum close_reason)c->close_reason);
 }
 
 /* ---- /delay: thread pool work + a cross-thread task ----------------------- */
@@ -473,7 +642,7 @@ static void delay_start(conn_t *c, uint64_t ms) {
   delay_job_t *job = calloc(1, sizeof *job);
   int r;
   if (job == NULL) {
-    conn_respond(c, 503, "Service Unavailable", "no memory\n", 10, 1);
+    conn_close(c, CLOSE_NO_MEMORY);
     return;
   }
   job->conn = c;
@@ -509,81 +678,227 @@ static void handle_request(conn_t *c) {
   static const char hello[] = "hello\n";
   static const char not_found[] = "not found\n";
   const char *url = c->url;
-  if (strcmp(url, "/") == 0) {
+  int get = c->method == HTTP_GET || c->method == HTTP_HEAD;
+  c->state = ST_HANDLING;
+  if (c->method == HTTP_CONNECT) {
+    conn_fail(c, 405); /* not a proxy: an answer and a clean close */
+  } else if (c->url_flags & URL_TRUNCATED) {
+    conn_respond(c, 404, "Not Found", not_found, sizeof not_found - 1, 0);
+  } else if (get && strcmp(url, "/") == 0) {
     conn_respond(c, 200, "OK", hello, sizeof hello - 1, 0);
-  } else if (strncmp(url, "/delay?ms=", 10) == 0) {
+  } else if (get && strncmp(url, "/delay?ms=", 10) == 0) {
     char *end;
     unsigned long long ms = strtoull(url + 10, &end, 10);
     if (end == url + 10 || *end != '\0' || ms > 3600000)
       conn_respond(c, 400, "Bad Request", "bad ms\n", 7, 0);
     else
       delay_start(c, ms);
-  } else if (strcmp(url, "/stats") == 0) {
+  } else if (get && strcmp(url, "/stats") == 0) {
     char body[2048];
     size_t n = format_stats(body, sizeof body - 1);
     body[n++] = '\n';
     conn_respond(c, 200, "OK", body, n, 0);
+  } else if (c->method == HTTP_POST && strcmp(url, "/upload") == 0) {
+    char body[64];
+    int n = snprintf(body, sizeof body, "received %" PRIu32 " bytes\n", c->body_bytes);
+    conn_respond(c, 200, "OK", body, (size_t)n, 0);
   } else {
     conn_respond(c, 404, "Not Found", not_found, sizeof not_found - 1, 0);
   }
 }
 
-static int on_message_begin(parser_t *p) {
+/* Counts the bytes of the head; beyond the limit the request gets 431. */
+static int head_grow(conn_t *c, size_t len) {
+  c->head_bytes += (uint32_t)(len < UINT32_MAX - c->head_bytes ? len : UINT32_MAX - c->head_bytes);
+  if (c->head_bytes > config.max_header_size) {
+    c->error_status = 431;
+    return HPE_USER;
+  }
+  return 0;
+}
+
+static int on_message_begin(llhttp_t *p) {
   conn_t *c = p->data;
   c->url_len = 0;
   c->url[0] = '\0';
+  c->url_flags = 0;
+  c->head_bytes = 0;
+  c->header_count = 0;
+  c->body_bytes = 0;
+  c->expect = EXPECT_NONE;
+  c->expect_field = 0;
+  c->expect_value = 0;
+  c->error_status = 0;
+  c->request_started = 1;
   if (c->state == ST_IDLE) { /* first byte of the next request */
-    timeout_stop(&c->keep_alive_timeout);
-    timeout_start(&c->headers_timeout, on_headers_timeout, options.headers_timeout);
-    timeout_start(&c->request_timeout, on_request_timeout, options.request_timeout);
+    timeout_stop(&c->io_timeout);
+    timeout_start(&c->headers_timeout, on_headers_timeout, config.headers_timeout);
+    timeout_start(&c->request_timeout, on_request_timeout, config.request_timeout);
     c->state = ST_READING;
   }
   return 0;
 }
 
-static int on_url(parser_t *p, const char *at, size_t len) {
+static int on_method(llhttp_t *p, const char *at, size_t len) {
+  (void)at;
+  return head_grow(p->data, len);
+}
+
+/* Keeps the path (an absolute-form target, "http://host/path", routes by its
+ * path); a URL longer than URL_MAX matches no route. */
+static int on_url(llhttp_t *p, const char *at, size_t len) {
   conn_t *c = p->data;
-  size_t room = URL_MAX - 1 - c->url_len;
-  if (len > room)
-    len = room; /* a truncated URL just does not match a route */
-  memcpy(c->url + c->url_len, at, len);
-  c->url_len = (uint8_t)(c->url_len + len);
-  c->url[c->url_len] = '\0';
+  size_t i;
+  for (i = 0; i < len; i++) {
+    char ch = at[i];
+    if (c->url_flags & URL_SKIP_AUTHORITY) {
+      if (ch != '/')
+        continue;
+      c->url_flags &= (uint8_t)~URL_SKIP_AUTHORITY;
+    }
+    if (c->url_len == URL_MAX - 1) {
+      c->url_flags |= URL_TRUNCATED;
+      break;
+    }
+    c->url[c->url_len++] = ch;
+    c->url[c->url_len] = '\0';
+    if ((c->url_len == 7 && strncmp(c->url, "http://", 7) == 0) ||
+        (c->url_len == 8 && strncmp(c->url, "https://", 8) == 0)) {
+      c->url_len = 0;
+      c->url[0] = '\0';
+      c->url_flags |= URL_SKIP_AUTHORITY;
+    }
+  }
+  return head_grow(c, len);
+}
+
+static int on_version(llhttp_t *p, const char *at, size_t len) {
+  (void)at;
+  return head_grow(p->data, len);
+}
+
+/* Matches `s` against `word` incrementally, case-insensitively; *pos is the
+ * length matched so far, 0xff once it cannot match. */
+static void match_word(uint8_t *pos, const char *word, const char *s, size_t len) {
+  size_t i, wl = strlen(word);
+  for (i = 0; i < len && *pos != 0xff; i++) {
+    char ch = s[i];
+    if (ch >= 'A' && ch <= 'Z')
+      ch = (char)(ch - 'A' + 'a');
+    if (*pos >= wl || word[*pos] != ch)
+      *pos = 0xff;
+    else
+      (*pos)++;
+  }
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t len) {
+  conn_t *c = p->data;
+  match_word(&c->expect_field, "expect", at, len);
+  return head_grow(c, len);
+}
+
+static int on_header_field_complete(llhttp_t *p) {
+  conn_t *c = p->data;
+  if (++c->header_count > config.max_headers_count) {
+    c->error_status = 431;
+    return HPE_USER;
+  }
   return 0;
 }
 
-static int on_headers_complete(parser_t *p) {
+static int on_header_value(llhttp_t *p, const char *at, size_t len) {
   conn_t *c = p->data;
+  if (c->expect_field == 6)
+    match_word(&c->expect_value, "100-continue", at, len);
+  return head_grow(c, len);
+}
+
+static int on_header_value_complete(llhttp_t *p) {
+  conn_t *c = p->data;
+  if (c->expect_field == 6)
+    c->expect = c->expect_value == 12 ? EXPECT_CONTINUE : EXPECT_OTHER;
+  c->expect_field = 0;
+  c->expect_value = 0;
+  return 0;
+}
+
+static void send_continue(conn_t *c) {
+  static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  write_req_t *w = malloc(sizeof *w + sizeof line);
+  if (w == NULL) {
+    c->error_status = 0;
+    conn_close(c, CLOSE_NO_MEMORY);
+    return;
+  }
+  w->interim = 1;
+  memcpy(w->data, line, sizeof line - 1);
+  conn_write(c, w, sizeof line - 1);
+}
+
+static int on_headers_complete(llhttp_t *p) {
+  conn_t *c = p->data;
+  int has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
   timeout_stop(&c->headers_timeout);
+  c->method = p->method;
+  /* Upgrade is ignored (RFC 9110 7.8 allows it): the request is answered as
+   * HTTP/1.1. A CONNECT is answered 405 once it is complete. */
+  p->upgrade = 0;
+  if (c->expect == EXPECT_OTHER) {
+    c->error_status = 417; /* as Node: an expectation it cannot meet */
+    return HPE_USER;
+  }
+  if (p->content_length > config.max_body_size) {
+    c->error_status = c->expect == EXPECT_CONTINUE ? 417 : 413;
+    return HPE_USER;
+  }
+  if (c->expect == EXPECT_CONTINUE && has_body && p->http_major == 1 && p->http_minor >= 1)
+    send_continue(c);
+  return c->state == ST_CLOSING ? HPE_USER : 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len) {
+  conn_t *c = p->data;
+  (void)at;
+  if (len > config.max_body_size - c->body_bytes) {
+    c->error_status = 413;
+    return HPE_USER;
+  }
+  c->body_bytes += (uint32_t)len;
   return 0;
 }
 
-#ifdef HTTP_PARSER_LLHTTP
-static int on_message_complete(parser_t *p) {
+static int on_message_complete(llhttp_t *p) {
   conn_t *c = p->data;
   timeout_stop(&c->request_timeout);
   c->keep_alive = (uint8_t)llhttp_should_keep_alive(p);
+  c->request_started = 0;
+  if (c->url_flags & URL_SKIP_AUTHORITY) { /* "http://host" alone: the root */
+    c->url[0] = '/';
+    c->url[1] = '\0';
+    c->url_len = 1;
+  }
   c->state = ST_HANDLING;
   return HPE_PAUSED; /* one request at a time: the rest waits in c->pending */
 }
 
-static llhttp_settings_t parser_settings;
-
 static void parser_setup(void) {
   llhttp_settings_init(&parser_settings);
   parser_settings.on_message_begin = on_message_begin;
+  parser_settings.on_method = on_method;
   parser_settings.on_url = on_url;
+  parser_settings.on_version = on_version;
+  parser_settings.on_header_field = on_header_field;
+  parser_settings.on_header_field_complete = on_header_field_complete;
+  parser_settings.on_header_value = on_header_value;
+  parser_settings.on_header_value_complete = on_header_value_complete;
   parser_settings.on_headers_complete = on_headers_complete;
+  parser_settings.on_body = on_body;
   parser_settings.on_message_complete = on_message_complete;
 }
 
-static void parser_init(conn_t *c) {
-  llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
-  c->parser.data = c;
-}
-
 /* Parses up to one complete request. Returns 1 when a request completed
- * (*used: bytes it took), 0 when all bytes were taken, -1 on a parse error. */
+ * (*used: bytes it took), 0 when all bytes were taken, -1 on an error. */
 static int parser_feed(conn_t *c, const char *data, size_t len, size_t *used) {
   llhttp_errno_t e = llhttp_execute(&c->parser, data, len);
   if (e == HPE_OK) {
@@ -597,40 +912,6 @@ static int parser_feed(conn_t *c, const char *data, size_t len, size_t *used) {
   }
   return -1;
 }
-#else
-static int on_message_complete(parser_t *p) {
-  conn_t *c = p->data;
-  timeout_stop(&c->request_timeout);
-  c->keep_alive = (uint8_t)http_should_keep_alive(p);
-  c->state = ST_HANDLING;
-  http_parser_pause(p, 1);
-  return 0;
-}
-
-static http_parser_settings parser_settings;
-
-static void parser_setup(void) {
-  http_parser_settings_init(&parser_settings);
-  parser_settings.on_message_begin = on_message_begin;
-  parser_settings.on_url = on_url;
-  parser_settings.on_headers_complete = on_headers_complete;
-  parser_settings.on_message_complete = on_message_complete;
-}
-
-static void parser_init(conn_t *c) {
-  http_parser_init(&c->parser, HTTP_REQUEST);
-  c->parser.data = c;
-}
-
-static int parser_feed(conn_t *c, const char *data, size_t len, size_t *used) {
-  *used = http_parser_execute(&c->parser, &parser_settings, data, len);
-  if (HTTP_PARSER_ERRNO(&c->parser) == HPE_PAUSED) {
-    http_parser_pause(&c->parser, 0);
-    return 1;
-  }
-  return HTTP_PARSER_ERRNO(&c->parser) == HPE_OK ? 0 : -1;
-}
-#endif
 
 /* Keeps bytes that arrive while a request is answered. */
 static void conn_keep_pending(conn_t *c, const char *data, size_t len) {
@@ -639,7 +920,7 @@ static void conn_keep_pending(conn_t *c, const char *data, size_t len) {
     return;
   grown = realloc(c->pending, c->pending_len + len);
   if (grown == NULL) {
-    conn_close(c, CLOSE_SHUTDOWN);
+    conn_close(c, CLOSE_NO_MEMORY);
     return;
   }
   memcpy(grown + c->pending_len, data, len);
@@ -655,18 +936,15 @@ static void conn_feed(conn_t *c, const char *data, size_t len) {
   size_t used;
   int r;
   if (c->state != ST_READING && c->state != ST_IDLE) {
-    if (c->state != ST_CLOSING && c->state != ST_DRAINING)
+    if (c->state == ST_HANDLING || c->state == ST_WRITING)
       conn_keep_pending(c, data, len);
-    return;
+    return; /* DRAINING, LINGERING: discarded */
   }
   r = parser_feed(c, data, len, &used);
+  if (c->state == ST_CLOSING)
+    return;
   if (r < 0) {
-    static const char body[] = "bad request\n";
-    timeout_stop(&c->headers_timeout);
-    timeout_stop(&c->request_timeout);
-    timeout_stop(&c->keep_alive_timeout);
-    c->close_reason = CLOSE_BAD_REQUEST;
-    conn_respond(c, 400, "Bad Request", body, sizeof body - 1, 1);
+    conn_fail(c, c->error_status != 0 ? c->error_status : 400);
     return;
   }
   if (r == 1) {
@@ -676,22 +954,30 @@ static void conn_feed(conn_t *c, const char *data, size_t len) {
   }
 }
 
-/* The previous answer is written: wait for the next request. */
+/* The previous answer is written: wait for the next request, answering the
+ * ones already received first. After the client's EOF or a shutdown signal
+ * only requests received in full are answered. */
 static void conn_resume(conn_t *c) {
   char *pending = c->pending;
   uint32_t pending_len = c->pending_len;
+  int closing = shutting_down || c->peer_ended;
   c->state = ST_IDLE;
-  timeout_start(&c->keep_alive_timeout, on_keep_alive_timeout, options.keep_alive_timeout);
-  if (!c->reading && conn_read_start(c) != 0) {
-    conn_close(c, CLOSE_PEER);
-    return;
-  }
   c->pending = NULL;
   c->pending_len = 0;
+  if (!closing) {
+    timeout_start(&c->io_timeout, on_keep_alive_timeout, config.keep_alive_timeout);
+    if (!c->reading && conn_read_start(c) != 0) {
+      free(pending);
+      conn_close(c, CLOSE_PEER);
+      return;
+    }
+  }
   if (pending != NULL) {
     conn_feed(c, pending, pending_len);
     free(pending);
   }
+  if (closing && (c->state == ST_IDLE || c->state == ST_READING))
+    conn_close(c, shutting_down ? CLOSE_SHUTDOWN : CLOSE_PEER);
 }
 
 /* ---- Connections ------------------------------------------------------------ */
@@ -704,8 +990,29 @@ static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init(read_buffer, sizeof read_buffer);
 }
 
+/* The client shut down its side: answer what it asked for, then close. */
+static void conn_on_eof(conn_t *c) {
+  c->peer_ended = 1;
+  c->reading = 0; /* libuv stopped reading */
+  switch (c->state) {
+  case ST_LINGERING:
+    conn_close(c, (enum close_reason)c->close_reason);
+    break;
+  case ST_READING: /* a request cut short, or none */
+  case ST_IDLE:
+    conn_close(c, CLOSE_PEER);
+    break;
+  default: /* HANDLING, WRITING, DRAINING: the answers come, then the close */
+    break;
+  }
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   conn_t *c = stream->data;
+  if (nread == UV_EOF) {
+    conn_on_eof(c);
+    return;
+  }
   if (nread < 0) {
     conn_close(c, CLOSE_PEER);
     return;
@@ -714,28 +1021,22 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
 }
 
 static int conn_read_start(conn_t *c) {
-  int r = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+  int r;
+  if (c->peer_ended)
+    return 0;
+  r = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
   c->reading = r == 0;
   return r;
 }
 
-static void conn_free(conn_t *c) {
+static void on_handle_closed(uv_handle_t *handle) {
+  conn_t *c = handle->data;
+  if (--c->handles_open > 0)
+    return;
   counters.open--;
   free(c);
   maybe_finish_shutdown();
 }
-
-#ifdef USE_UV_TIMER
-static void on_handle_closed(uv_handle_t *handle) {
-  conn_t *c = handle->data;
-  if (--c->handles_open == 0)
-    conn_free(c);
-}
-#else
-static void on_handle_closed(uv_handle_t *handle) {
-  conn_free(handle->data);
-}
-#endif
 
 static void conn_close(conn_t *c, enum close_reason reason) {
   if (c->state == ST_CLOSING)
@@ -744,37 +1045,51 @@ static void conn_close(conn_t *c, enum close_reason reason) {
   counters.closed[reason]++;
   timeout_stop(&c->headers_timeout);
   timeout_stop(&c->request_timeout);
-  timeout_stop(&c->keep_alive_timeout);
+  timeout_stop(&c->io_timeout);
   if (c->job != NULL) {
     delay_abandon(c->job);
     c->job = NULL;
   }
   free(c->pending);
   c->pending = NULL;
+  c->pending_len = 0;
   if (c->prev != NULL)
     c->prev->next = c->next;
   else
     connections = c->next;
   if (c->next != NULL)
     c->next->prev = c->prev;
-#ifdef USE_UV_TIMER
-  c->handles_open = 4;
-  uv_close((uv_handle_t *)&c->headers_timeout.handle, on_handle_closed);
-  uv_close((uv_handle_t *)&c->request_timeout.handle, on_handle_closed);
-  uv_close((uv_handle_t *)&c->keep_alive_timeout.handle, on_handle_closed);
-#endif
+  c->handles_open = 1;
+  c->handles_open = (uint8_t)(c->handles_open +
+                              ctimer_close(&c->headers_timeout.timer, on_handle_closed) +
+                              ctimer_close(&c->request_timeout.timer, on_handle_closed) +
+                              ctimer_close(&c->io_timeout.timer, on_handle_closed));
   uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 }
 
-static void on_connection(uv_stream_t *listener, int status) {
-  conn_t *c;
-  if (status < 0) {
-    fprintf(stderr, "http_server: accept: %s\n", uv_strerror(status));
+static void on_accept_retry(uvtw_timer_t *timer);
+
+static conn_t *conn_alloc(void) {
+  if (config.fail_accept_allocs > 0) {
+    config.fail_accept_allocs--;
+    return NULL;
+  }
+  return calloc(1, sizeof(conn_t));
+}
+
+/* Takes the connection waiting in the listener. Without memory for it, the
+ * connection stays in the listener (libuv stops polling it meanwhile, so
+ * nothing spins) and the accept is tried again a little later. */
+static void accept_one(void) {
+  conn_t *c = conn_alloc();
+  if (c == NULL) {
+    counters.accept_nomem++;
+    accept_waiting = 1;
+    if (!uvtw_timer_is_active(&accept_retry_timer))
+      uvtw_timer_start(&accept_retry_timer, on_accept_retry, ACCEPT_RETRY_MS, 0);
     return;
   }
-  c = calloc(1, sizeof *c);
-  if (c == NULL)
-    return;
+  accept_waiting = 0;
   uv_tcp_init(loop, &c->tcp);
   c->tcp.data = c;
   counters.accepted++;
@@ -782,14 +1097,17 @@ static void on_connection(uv_stream_t *listener, int status) {
     counters.open_peak = counters.open;
   timeout_init(c, &c->headers_timeout);
   timeout_init(c, &c->request_timeout);
-  timeout_init(c, &c->keep_alive_timeout);
-  parser_init(c);
+  timeout_init(c, &c->io_timeout);
+  llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
+  c->parser.data = c;
   c->next = connections;
   if (connections != NULL)
     connections->prev = c;
   connections = c;
   c->state = ST_READING;
-  if (uv_accept(listener, (uv_stream_t *)&c->tcp) != 0 || conn_read_start(c) != 0) {
+  c->close_reason = CLOSE_PEER;
+  if (uv_accept((uv_stream_t *)&server, (uv_stream_t *)&c->tcp) != 0 ||
+      conn_read_start(c) != 0) {
     conn_close(c, CLOSE_PEER);
     return;
   }
@@ -798,8 +1116,27 @@ static void on_connection(uv_stream_t *listener, int status) {
    * in while a burst was being accepted would otherwise start its timeouts
    * a little before it existed. */
   uv_update_time(loop);
-  timeout_start(&c->headers_timeout, on_headers_timeout, options.headers_timeout);
-  timeout_start(&c->request_timeout, on_request_timeout, options.request_timeout);
+  timeout_start(&c->headers_timeout, on_headers_timeout, config.headers_timeout);
+  timeout_start(&c->request_timeout, on_request_timeout, config.request_timeout);
+}
+
+static void on_accept_retry(uvtw_timer_t *timer) {
+  (void)timer;
+  if (accept_waiting && !shutting_down)
+    accept_one();
+}
+
+static void on_connection(uv_stream_t *listener, int status) {
+  (void)listener;
+  if (status < 0) {
+    /* EMFILE/ENFILE: libuv has already taken the connection and closed it
+     * (its reserve descriptor), so the listener is clear. */
+    if (counters.accept_errors++ == 0)
+      fprintf(stderr, "http_server: accept: %s (counted in accept_errors)\n",
+              uv_strerror(status));
+    return;
+  }
+  accept_one();
 }
 
 /* ---- Shutdown --------------------------------------------------------------- */
@@ -810,72 +1147,140 @@ static void on_wheel_closed(uvtw_wheel_t *w, void *arg) {
   wheel = NULL;
 }
 
+/* A request has arrived (in part or in full) and has no answer written yet. */
+static int conn_in_flight(const conn_t *c) {
+  return c->state == ST_HANDLING || c->state == ST_WRITING || c->state == ST_DRAINING ||
+         (c->state == ST_READING && c->request_started);
+}
+
 /* Closes the wheel once no connection and no work item can touch it. */
 static void maybe_finish_shutdown(void) {
   char line[2048];
   if (!shutting_down || wheel_closing || counters.open > 0 || work_in_flight > 0)
     return;
   wheel_closing = 1;
+  uvtw_timer_stop(&grace_timer);
+  uvtw_timer_stop(&accept_retry_timer);
+  printf("shutdown: answered %" PRIu64 " requests in flight, dropped %" PRIu64
+         " connections with a request in flight, after %" PRIu64 " ms\n",
+         counters.drain_answered, counters.drain_dropped, now_ms() - shutdown_started_ms);
   format_stats(line, sizeof line);
   printf("stats %s\n", line);
   fflush(stdout);
+  uv_close((uv_handle_t *)&sigint_handle, NULL);
+  uv_close((uv_handle_t *)&sigterm_handle, NULL);
   uvtw_wheel_close(wheel, on_wheel_closed, NULL);
 }
 
-static void on_signal(uv_signal_t *handle, int signum) {
-  (void)handle;
-  (void)signum;
-  if (shutting_down)
-    return;
-  shutting_down = 1;
-  uv_close((uv_handle_t *)&server, NULL);
-  uv_close((uv_handle_t *)&sigint_handle, NULL);
-  uv_close((uv_handle_t *)&sigterm_handle, NULL);
-  while (connections != NULL)
+static void drop_all(void) {
+  while (connections != NULL) {
+    if (conn_in_flight(connections))
+      counters.drain_dropped++;
     conn_close(connections, CLOSE_SHUTDOWN);
+  }
+}
+
+static void on_grace_over(uvtw_timer_t *timer) {
+  (void)timer;
+  fprintf(stderr, "http_server: shutdown grace period (%" PRIu64 " ms) over\n",
+          config.shutdown_grace);
+  drop_all();
+  maybe_finish_shutdown();
+}
+
+/* First signal: stop accepting, close idle connections, let requests in
+ * flight finish within the grace period. Second signal: drop them at once. */
+static void on_signal(uv_signal_t *handle, int signum) {
+  conn_t *c, *next;
+  (void)handle;
+  if (shutting_down) {
+    if (!wheel_closing) {
+      fprintf(stderr, "http_server: second signal: exiting at once\n");
+      exit_status = 128 + signum;
+      drop_all();
+      maybe_finish_shutdown();
+    }
+    return;
+  }
+  shutting_down = 1;
+  shutdown_started_ms = now_ms();
+  uv_close((uv_handle_t *)&server, NULL);
+  uvtw_timer_stop(&accept_retry_timer);
+  /* The signal handles stay for a second signal, without keeping the loop. */
+  uv_unref((uv_handle_t *)&sigint_handle);
+  uv_unref((uv_handle_t *)&sigterm_handle);
+  for (c = connections; c != NULL; c = next) {
+    next = c->next;
+    if (c->state == ST_IDLE || (c->state == ST_READING && !c->request_started))
+      conn_close(c, CLOSE_SHUTDOWN);
+  }
+  if (config.shutdown_grace > 0)
+    uvtw_timer_start(&grace_timer, on_grace_over, config.shutdown_grace, 0);
+  else
+    drop_all();
   maybe_finish_shutdown();
 }
 
 /* ---- main ------------------------------------------------------------------- */
 
-static void usage(void) {
-  fprintf(stderr, "usage: http_server [--port N] [--host ADDR] [--headers-timeout MS]\n"
-                  "                   [--request-timeout MS] [--keep-alive-timeout MS]\n");
-  exit(2);
+static void usage(int status) {
+  fputs(usage_text, status == 0 ? stdout : stderr);
+  exit(status);
 }
 
-static uint64_t parse_ms(const char *s) {
+static uint64_t parse_number(const char *s) {
   char *end;
   unsigned long long v;
   if (s == NULL)
-    usage();
+    usage(2);
   errno = 0;
   v = strtoull(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0')
-    usage();
+  if (errno != 0 || end == s || *end != '\0' || s[0] == '-')
+    usage(2);
   return v;
 }
 
-static void parse_args(int argc, char **argv) {
-  int i;
-  for (i = 1; i < argc; i++) {
+static void parse_args(int argc, char **argv, uvtw_options_t *wheel_options) {
+  int i = 1;
+  while (i < argc) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--headers-timeout") == 0)
-      options.headers_timeout = parse_ms(v);
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+      usage(0);
+    else if (strcmp(a, "--headers-timeout") == 0)
+      config.headers_timeout = parse_number(v);
     else if (strcmp(a, "--request-timeout") == 0)
-      options.request_timeout = parse_ms(v);
+      config.request_timeout = parse_number(v);
     else if (strcmp(a, "--keep-alive-timeout") == 0)
-      options.keep_alive_timeout = parse_ms(v);
-    else if (strcmp(a, "--port") == 0) {
-      uint64_t port = parse_ms(v);
+      config.keep_alive_timeout = parse_number(v);
+    else if (strcmp(a, "--send-timeout") == 0)
+      config.send_timeout = parse_number(v);
+    else if (strcmp(a, "--shutdown-grace") == 0)
+      config.shutdown_grace = parse_number(v);
+    else if (strcmp(a, "--max-header-size") == 0)
+      config.max_header_size = parse_number(v);
+    else if (strcmp(a, "--max-headers-count") == 0)
+      config.max_headers_count = parse_number(v);
+    else if (strcmp(a, "--max-body-size") == 0) {
+      config.max_body_size = parse_number(v);
+      if (config.max_body_size > UINT32_MAX)
+        usage(2);
+    } else if (strcmp(a, "--fail-accept-allocs") == 0)
+      config.fail_accept_allocs = parse_number(v);
+    else if (strcmp(a, "--wheel-tick-ms") == 0) {
+      uint64_t tick = parse_number(v);
+      if (tick > UINT32_MAX)
+        usage(2);
+      wheel_options->tick_ms = (uint32_t)tick;
+    } else if (strcmp(a, "--port") == 0) {
+      uint64_t port = parse_number(v);
       if (port > 65535)
-        usage();
-      options.port = (int)port;
+        usage(2);
+      config.port = (int)port;
     } else if (strcmp(a, "--host") == 0 && v != NULL)
-      options.host = v;
+      config.host = v;
     else
-      usage();
-    i++;
+      usage(2);
+    i += 2;
   }
 }
 
@@ -893,10 +1298,10 @@ static int listen_on(void) {
   int namelen = sizeof addr;
   char host[INET6_ADDRSTRLEN];
   int port, r;
-  if (strchr(options.host, ':') != NULL)
-    r = uv_ip6_addr(options.host, options.port, (struct sockaddr_in6 *)&addr);
+  if (strchr(config.host, ':') != NULL)
+    r = uv_ip6_addr(config.host, config.port, (struct sockaddr_in6 *)&addr);
   else
-    r = uv_ip4_addr(options.host, options.port, (struct sockaddr_in *)&addr);
+    r = uv_ip4_addr(config.host, config.port, (struct sockaddr_in *)&addr);
   if (r == 0)
     r = uv_tcp_bind(&server, (const struct sockaddr *)&addr, 0);
   if (r == 0)
@@ -904,7 +1309,7 @@ static int listen_on(void) {
   if (r == 0)
     r = uv_tcp_getsockname(&server, (struct sockaddr *)&addr, &namelen);
   if (r != 0) {
-    fprintf(stderr, "http_server: cannot listen on %s:%d: %s\n", options.host, options.port,
+    fprintf(stderr, "http_server: cannot listen on %s:%d: %s\n", config.host, config.port,
             uv_strerror(r));
     return r;
   }
@@ -921,17 +1326,19 @@ static int listen_on(void) {
   return 0;
 }
 
-int main(int argc, char **argv) {
+/* Runs the server on the default loop with a wheel made from
+ * `wheel_options` (NULL: the defaults) until it has shut down. */
+static int server_run(const uvtw_options_t *wheel_options) {
   int r;
-  parse_args(argc, argv);
-  raise_fd_limit();
   loop = uv_default_loop();
   parser_setup();
-  r = uvtw_wheel_new(loop, NULL, &wheel);
+  r = uvtw_wheel_new(loop, wheel_options, &wheel);
   if (r != 0) {
     fprintf(stderr, "http_server: uvtw_wheel_new: %s\n", uv_strerror(r));
     return 1;
   }
+  uvtw_timer_init(wheel, &accept_retry_timer);
+  uvtw_timer_init(wheel, &grace_timer);
   signal(SIGPIPE, SIG_IGN); /* a peer that went away is an error code, not a signal */
   uv_tcp_init(loop, &server);
   uv_signal_init(loop, &sigint_handle);
@@ -950,5 +1357,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "http_server: uv_loop_close: %s\n", uv_strerror(r));
     return 1;
   }
-  return 0;
+  return exit_status;
+}
+
+int main(int argc, char **argv) {
+  uvtw_options_t wheel_options;
+  memset(&wheel_options, 0, sizeof wheel_options);
+  parse_args(argc, argv, &wheel_options);
+  raise_fd_limit();
+  return server_run(&wheel_options);
 }

@@ -322,7 +322,11 @@ static void client_close(lg_client_t *c, int by_server) {
   }
   c->state = CS_CLOSING;
   c->handles_open = 2;
-  uv_close((uv_handle_t *)&c->tcp, on_client_closed);
+  /* A hang-up client resets the connection: a plain close sends only a FIN,
+   * which the server takes for a half-close and still answers. */
+  if (c->kind != LG_DELAY_ABORT || by_server ||
+      uv_tcp_close_reset(&c->tcp, on_client_closed) != 0)
+    uv_close((uv_handle_t *)&c->tcp, on_client_closed);
   uv_close((uv_handle_t *)&c->timer, on_client_closed);
 }
 

@@ -58,7 +58,7 @@ enum lg_kind {
   LG_SILENT,      /* connects and sends nothing */
   LG_SLOWLORIS,   /* a head that never ends: one header line per trickle interval */
   LG_SLOW_BODY,   /* a complete head, then a body one byte per trickle interval */
-  LG_DELAY_ABORT, /* GET /delay?ms=5000, hangs up after abort_after_ms */
+  LG_DELAY_ABORT, /* GET /delay?ms=5000, resets the connection after abort_after_ms */
   LG_KINDS
 };
 

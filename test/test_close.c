@@ -1,10 +1,9 @@
-/* Closing a wheel with everything outstanding: loop timers, loop-thread
- * tasks, tasks from other threads (with tickets and fire-and-forget) that
- * are still being scheduled and cancelled while the wheel closes. Every
- * task's argument is a heap block freed by whoever ends the task (its
- * callback, or the thread whose cancel won), so Valgrind and LeakSanitizer
- * see a leak or a double free if any task is lost or ended twice. Tickets
- * are cancelled and released after the wheel's close callback has run. */
+/* Closing a wheel (../shared/spec/API.md, uvtw_wheel_close): pending timers
+ * become inactive and never fire, pending tasks (in the wheel or still
+ * queued) run once with UV_ECANCELED before the close callback, starts and
+ * schedules on a closing wheel get UV_ECANCELED, tickets stay safe to cancel
+ * and release after close, and closing works from inside a timer or task
+ * callback. The valgrind suite runs this file. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -12,8 +11,388 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tap.h"
-#include "uvtw.h"
+#include "fixture.h"
+
+/* ---- A close callback that records what it saw ------------------------------ */
+
+typedef struct close_rec_s {
+  int calls;
+  uvtw_wheel_t *wheel;
+  int start_result; /* of a start tried inside the close callback */
+  uvtw_timer_t *try_start;
+  uvtw_stats_t stats; /* read inside the close callback */
+} close_rec_t;
+
+static void on_wheel_closed(uvtw_wheel_t *wheel, void *arg) {
+  close_rec_t *rec = arg;
+  rec->calls++;
+  rec->wheel = wheel;
+  uvtw_wheel_stats(wheel, &rec->stats);
+  if (rec->try_start)
+    rec->start_result = uvtw_timer_start(rec->try_start, fx_noop_timer_cb, 1, 0);
+}
+
+/* ---- Timers pending at close ------------------------------------------------ */
+
+static void test_close_pending_timers(void) {
+  const char *T = "close with pending timers";
+  fx_t f;
+  uvtw_wheel_t *wheel;
+  probe_t p1, p2, p3, p4, fresh;
+  close_rec_t rec, rec2;
+  aux_t keep;
+  uvtw_stats_t before, after;
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  wheel = f.wheel;
+  log_reset();
+  probe_init(wheel, &p1, '1', NULL);
+  probe_init(wheel, &p2, '2', NULL);
+  probe_init(wheel, &p3, '3', NULL);
+  probe_init(wheel, &p4, '4', NULL);
+  probe_init(wheel, &fresh, 'f', NULL);
+  probe_start(&p1, 10, 0);
+  probe_start(&p2, 20, 5);
+  probe_start(&p3, 1000, 0);
+  probe_start(&p4, UINT64_MAX, 0);
+  uvtw_timer_stop(&p3.timer);
+  probe_start(&p3, 1000, 0);
+  before = fx_stats(wheel);
+
+  memset(&rec, 0, sizeof rec);
+  memset(&rec2, 0, sizeof rec2);
+  rec.try_start = &fresh.timer;
+  uvtw_wheel_close(wheel, on_wheel_closed, &rec);
+  tap_ok(!uvtw_timer_is_active(&p1.timer) && !uvtw_timer_is_active(&p2.timer) &&
+             !uvtw_timer_is_active(&p3.timer) && !uvtw_timer_is_active(&p4.timer),
+         "uvtw_wheel_close makes every pending timer inactive at once");
+  EXPECT_U64(uvtw_timer_get_due_in(&p1.timer), 0, "a timer dropped by close has due_in 0");
+  EXPECT_I64(uvtw_wheel_next_due(wheel), -1, "after close nothing is pending (next_due -1)");
+  EXPECT_ERR(probe_start(&p1, 5, 0), UV_ECANCELED, "start on a closing wheel returns UV_ECANCELED");
+  EXPECT_U64((uint64_t)uvtw_timer_is_active(&p1.timer), 0, "... and leaves the timer inactive");
+  EXPECT_ERR(uvtw_timer_again(&p2.timer), UV_ECANCELED,
+            "again on a closing wheel returns UV_ECANCELED");
+  EXPECT_ERR(uvtw_timer_stop(&p3.timer), 0, "stop of a dropped timer returns 0");
+  uvtw_timer_init(wheel, &fresh.timer);
+  EXPECT_ERR(uvtw_timer_start(&fresh.timer, probe_cb, 1, 0), UV_ECANCELED,
+            "start of a timer initialized on a closing wheel returns UV_ECANCELED");
+  after = fx_stats(wheel);
+  EXPECT_U64(after.active, 0, "stats.active is 0 after close");
+  if (!tap_ok(after.stopped == before.stopped && after.started == before.started &&
+                  after.fired == before.fired,
+              "timers dropped by close count as neither stopped nor fired (nor started by failed "
+              "starts)"))
+    tap_diag("  expected started/stopped/fired %" PRIu64 "/%" PRIu64 "/%" PRIu64 ", got %" PRIu64
+             "/%" PRIu64 "/%" PRIu64,
+             before.started, before.stopped, before.fired, after.started, after.stopped,
+             after.fired);
+  uvtw_wheel_close(wheel, on_wheel_closed, &rec2); /* a second close is ignored */
+
+  aux_init(&f.loop, &keep, NULL);
+  aux_start(&keep, 40); /* run the loop past the short deadlines */
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  EXPECT_U64((uint64_t)rec.calls, 1, "the close callback runs once");
+  tap_ok(rec.wheel == wheel, "the close callback gets the wheel");
+  EXPECT_U64((uint64_t)rec2.calls, 0,
+            "a second uvtw_wheel_close is ignored (its callback never runs)");
+  EXPECT_ERR(rec.start_result, UV_ECANCELED, "start inside the close callback returns UV_ECANCELED");
+  EXPECT_U64(rec.stats.active, 0, "stats read in the close callback: nothing active");
+  if (!tap_ok(strcmp(g_log, "") == 0, "timers pending at close never run"))
+    tap_diag("  expected no callbacks, got \"%s\"", g_log);
+  fx_close_handle(&keep.handle);
+  f.wheel = NULL; /* closed above */
+  fx_close(&f);
+  log_reset();
+}
+
+static uvtw_wheel_t *cc_wheel;
+static close_rec_t cc_rec;
+static probe_t cc_a, cc_b, cc_c, cc_r, cc_x;
+static int cc_start_x, cc_b_active, cc_again_r, cc_r_active;
+
+static void cc_a_action(probe_t *p) {
+  (void)p;
+  uvtw_wheel_close(cc_wheel, on_wheel_closed, &cc_rec);
+  cc_start_x = probe_start(&cc_x, 5, 0);
+  cc_b_active = uvtw_timer_is_active(&cc_b.timer);
+}
+
+static void cc_r_action(probe_t *p) {
+  uvtw_wheel_close(cc_wheel, on_wheel_closed, &cc_rec);
+  cc_r_active = uvtw_timer_is_active(&p->timer);
+  cc_again_r = uvtw_timer_again(&p->timer);
+}
+
+static void test_close_from_timer_cb(void) {
+  const char *T = "close from a callback";
+  fx_t f;
+  aux_t keep;
+
+  /* A one-shot closes the wheel; B is due in the same pass, C later. */
+  if (!fx_open(&f, T, NULL))
+    return;
+  cc_wheel = f.wheel;
+  log_reset();
+  memset(&cc_rec, 0, sizeof cc_rec);
+  probe_init(cc_wheel, &cc_a, 'A', cc_a_action);
+  probe_init(cc_wheel, &cc_b, 'B', NULL);
+  probe_init(cc_wheel, &cc_c, 'C', NULL);
+  probe_init(cc_wheel, &cc_x, 'X', NULL);
+  probe_start(&cc_a, 10, 0);
+  probe_start(&cc_b, 10, 0);
+  probe_start(&cc_c, 30, 0);
+  aux_init(&f.loop, &keep, NULL);
+  aux_start(&keep, 60);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  if (!tap_ok(strcmp(g_log, "A") == 0,
+              "after a callback closes the wheel, no other timer runs (same pass or later)"))
+    tap_diag("  expected \"A\", got \"%s\"", g_log);
+  EXPECT_U64((uint64_t)cc_b_active, 0,
+            "a timer due in the same pass is inactive right after the close");
+  EXPECT_ERR(cc_start_x, UV_ECANCELED, "start inside the callback after close returns UV_ECANCELED");
+  EXPECT_U64((uint64_t)cc_rec.calls, 1, "closing from a callback: the close callback runs once");
+  fx_close_handle(&keep.handle);
+  f.wheel = NULL; /* closed above */
+  fx_close(&f);
+
+  /* A repeating timer (already re-armed) closes the wheel in its callback. */
+  if (!fx_open(&f, T, NULL))
+    return;
+  cc_wheel = f.wheel;
+  log_reset();
+  memset(&cc_rec, 0, sizeof cc_rec);
+  probe_init(cc_wheel, &cc_r, 'R', cc_r_action);
+  probe_start(&cc_r, 10, 10);
+  aux_init(&f.loop, &keep, NULL);
+  aux_start(&keep, 60);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  EXPECT_U64((uint64_t)cc_r.fires, 1,
+            "a repeating timer that closes the wheel in its callback never runs again");
+  EXPECT_U64((uint64_t)cc_r.active_in_cb[0], 1, "(it was active in its callback before the close)");
+  EXPECT_U64((uint64_t)cc_r_active, 0,
+            "the close makes the re-armed timer inactive inside its own callback");
+  EXPECT_ERR(cc_again_r, UV_ECANCELED, "again inside the callback after close returns UV_ECANCELED");
+  EXPECT_U64((uint64_t)cc_rec.calls, 1, "the close callback runs once");
+  fx_close_handle(&keep.handle);
+  f.wheel = NULL; /* closed above */
+  fx_close(&f);
+  log_reset();
+
+  /* Close with a NULL callback still closes both handles. */
+  if (!fx_open(&f, T, NULL))
+    return;
+  cc_wheel = f.wheel;
+  probe_init(cc_wheel, &cc_a, 'a', NULL);
+  probe_start(&cc_a, 10, 0);
+  uvtw_wheel_close(cc_wheel, NULL, NULL);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  EXPECT_U64((uint64_t)cc_a.fires, 0, "close with a NULL callback: the pending timer never runs");
+  f.wheel = NULL;
+  f.name = "close with a NULL callback";
+  fx_close(&f);
+}
+
+/* ---- Tasks pending at close ------------------------------------------------- */
+
+enum { CLOSE_A, CLOSE_B, CLOSE_C, CLOSE_D, CLOSE_E, CLOSE_PROBES };
+
+typedef struct close_test_s {
+  uvtw_wheel_t *wheel;
+  task_probe_t probes[CLOSE_PROBES];
+  int close_called;
+  int close_cb_runs;
+  int calls_at_close_cb[CLOSE_PROBES];
+  int schedule_in_close_cb;
+  int schedule_in_task_cb;
+  int schedule_in_task_cb_untouched;
+  int ecanceled_before_close;
+} close_test_t;
+
+static close_test_t *close_ctx;
+
+static void close_task_cb(void *arg, int status) {
+  task_probe_cb(arg, status);
+  if (status == UV_ECANCELED && !close_ctx->close_called)
+    close_ctx->ecanceled_before_close++;
+  if (arg == &close_ctx->probes[CLOSE_A]) {
+    uvtw_ticket_t *t = SENTINEL;
+    close_ctx->schedule_in_task_cb = uvtw_schedule(close_ctx->wheel, 0, task_probe_cb, arg, &t);
+    close_ctx->schedule_in_task_cb_untouched = (t == SENTINEL);
+  }
+}
+
+static void close_test_cb(uvtw_wheel_t *wheel, void *arg) {
+  close_test_t *c = arg;
+  c->close_cb_runs++;
+  tap_ok(wheel == c->wheel, "close: the close callback gets the wheel");
+  for (int i = 0; i < CLOSE_PROBES; i++)
+    c->calls_at_close_cb[i] = c->probes[i].calls;
+  c->schedule_in_close_cb = uvtw_schedule(wheel, 0, task_probe_cb, &c->probes[CLOSE_D], NULL);
+}
+
+typedef struct ticket_job_s {
+  uvtw_wheel_t *wheel;
+  task_probe_t *probe;
+  uvtw_ticket_t *ticket;
+  int rc;
+  int cancel_rc;
+} ticket_job_t;
+
+static void schedule_job(void *arg) {
+  ticket_job_t *j = arg;
+  j->rc = uvtw_schedule(j->wheel, 10000, close_task_cb, j->probe, &j->ticket);
+}
+
+static void cancel_release_job(void *arg) {
+  ticket_job_t *j = arg;
+  j->cancel_rc = uvtw_ticket_cancel(j->ticket);
+  uvtw_ticket_release(j->ticket);
+}
+
+/* A task callback that closes the wheel, twice (the second call is ignored). */
+typedef struct close_inside_s {
+  uvtw_wheel_t *wheel;
+  int close_cb_runs;
+  task_probe_t pending;
+} close_inside_t;
+
+static void close_inside_close_cb(uvtw_wheel_t *wheel, void *arg) {
+  close_inside_t *c = arg;
+  (void)wheel;
+  c->close_cb_runs++;
+}
+
+static void close_inside_task_cb(void *arg, int status) {
+  close_inside_t *c = arg;
+  if (status == 0) {
+    uvtw_wheel_close(c->wheel, close_inside_close_cb, c);
+    uvtw_wheel_close(c->wheel, close_inside_close_cb, c);
+  }
+}
+
+static void test_close_tasks(void) {
+  fx_t f;
+  close_test_t c;
+  uvtw_ticket_t *tickets[CLOSE_PROBES] = {0};
+  uvtw_ticket_t *t;
+
+  memset(&c, 0, sizeof c);
+  close_ctx = &c;
+  if (!fx_open(&f, "close", NULL))
+    return;
+  c.wheel = f.wheel;
+
+  /* A: 10 s with a ticket; B: 0 ms with a ticket, never given a loop run;
+   * C: 5 s fire-and-forget; D: cancelled before close; E: scheduled by another
+   * thread and still in the queue at close (the loop never ran). */
+  int ok = 1;
+  ok &= uvtw_schedule(c.wheel, 10000, close_task_cb, &c.probes[CLOSE_A], &tickets[CLOSE_A]) == 0;
+  ok &= uvtw_schedule(c.wheel, 0, close_task_cb, &c.probes[CLOSE_B], &tickets[CLOSE_B]) == 0;
+  ok &= uvtw_schedule(c.wheel, 5000, close_task_cb, &c.probes[CLOSE_C], NULL) == 0;
+  ok &= uvtw_schedule(c.wheel, 10000, close_task_cb, &c.probes[CLOSE_D], &tickets[CLOSE_D]) == 0;
+  tap_ok(ok, "close: four tasks scheduled on the loop thread");
+  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_D]), 0, "close: one of them is cancelled before close");
+  ticket_job_t job = {.wheel = c.wheel, .probe = &c.probes[CLOSE_E]};
+  uv_thread_t thread;
+  uv_thread_create(&thread, schedule_job, &job);
+  uv_thread_join(&thread);
+  EXPECT_ERR(job.rc, 0, "close: another thread scheduled a fifth task (still queued)");
+  tickets[CLOSE_E] = job.ticket;
+
+  c.close_called = 1;
+  uvtw_wheel_close(c.wheel, close_test_cb, &c);
+  t = SENTINEL;
+  EXPECT_ERR(uvtw_schedule(c.wheel, 0, task_probe_cb, &c.probes[CLOSE_D], &t), UV_ECANCELED,
+           "close: schedule after uvtw_wheel_close returned is UV_ECANCELED");
+  tap_ok(t == SENTINEL, "close: ...and leaves *ticket untouched");
+  EXPECT_ERR(uvtw_schedule(c.wheel, 0, task_probe_cb, &c.probes[CLOSE_D], NULL), UV_ECANCELED,
+           "close: fire-and-forget after close is UV_ECANCELED");
+  job.rc = 1;
+  job.ticket = SENTINEL;
+  uv_thread_create(&thread, schedule_job, &job);
+  uv_thread_join(&thread);
+  EXPECT_ERR(job.rc, UV_ECANCELED, "close: another thread's schedule on the closing wheel is UV_ECANCELED");
+  tap_ok(job.ticket == SENTINEL, "close: ...and leaves its *ticket untouched");
+  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_D]), 0, "close: a won cancel still returns 0 while closing");
+
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+
+  EXPECT_U64(c.close_cb_runs, 1, "close: the close callback ran exactly once");
+  ok = 1;
+  for (int i = 0; i < CLOSE_PROBES; i++) {
+    if (i == CLOSE_D)
+      continue;
+    ok &= c.calls_at_close_cb[i] == 1 && c.probes[i].calls == 1;
+    ok &= c.probes[i].status == UV_ECANCELED && !c.probes[i].wrong_thread;
+  }
+  if (!tap_ok(ok, "close: every pending task (in the wheel or still queued) ran once with "
+                  "UV_ECANCELED, on the loop thread, before the close callback"))
+    for (int i = 0; i < CLOSE_PROBES; i++)
+      tap_diag("  task %c: calls at close cb %d, calls %d, status %s", 'A' + i,
+               c.calls_at_close_cb[i], c.probes[i].calls, tap_err_name_(c.probes[i].status));
+  EXPECT_U64(c.probes[CLOSE_D].calls, 0, "close: the task whose cancel won never ran, not even at close");
+  EXPECT_U64(c.ecanceled_before_close, 0, "close: no UV_ECANCELED before uvtw_wheel_close");
+  EXPECT_ERR(c.schedule_in_task_cb, UV_ECANCELED,
+           "close: schedule inside an UV_ECANCELED callback is UV_ECANCELED");
+  tap_ok(c.schedule_in_task_cb_untouched, "close: ...and leaves *ticket untouched");
+  EXPECT_ERR(c.schedule_in_close_cb, UV_ECANCELED, "close: schedule inside the close callback is UV_ECANCELED");
+
+  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_A]), UV_EALREADY,
+           "close: cancel after close of a task that ran with UV_ECANCELED is UV_EALREADY");
+  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_B]), UV_EALREADY,
+           "close: ...also for a 0 ms task that never had a loop run");
+  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_D]), 0, "close: a won cancel still returns 0 after close");
+  uvtw_ticket_release(tickets[CLOSE_A]);
+  uvtw_ticket_release(tickets[CLOSE_D]);
+  f.wheel = NULL; /* closed above */
+  fx_close(&f);
+  /* Released from another thread after the loop itself is gone. */
+  ticket_job_t late = {.ticket = tickets[CLOSE_E]};
+  uv_thread_create(&thread, cancel_release_job, &late);
+  uv_thread_join(&thread);
+  EXPECT_ERR(late.cancel_rc, UV_EALREADY,
+           "close: another thread cancels a queued-at-close task after the loop closed: UV_EALREADY");
+  late.ticket = tickets[CLOSE_B];
+  uv_thread_create(&thread, cancel_release_job, &late);
+  uv_thread_join(&thread);
+  EXPECT_ERR(late.cancel_rc, UV_EALREADY, "close: ...and releases the last ticket there");
+}
+
+/* A task callback closes the wheel (twice: the second call is ignored). */
+static void test_close_inside_task(void) {
+  fx_t f;
+  int ok;
+  close_inside_t ci;
+  uvtw_ticket_t *pending_ticket = NULL;
+  memset(&ci, 0, sizeof ci);
+  if (!fx_open(&f, "close-inside", NULL))
+    return;
+  ci.wheel = f.wheel;
+  ok = uvtw_schedule(ci.wheel, 0, close_inside_task_cb, &ci, NULL) == 0;
+  ok &= uvtw_schedule(ci.wheel, 10000, task_probe_cb, &ci.pending, &pending_ticket) == 0;
+  tap_ok(ok, "close-inside: a closing task and a 10 s task scheduled");
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  EXPECT_U64(ci.close_cb_runs, 1,
+         "close-inside: closing (twice) from inside a task callback runs the close callback once");
+  tap_ok(ci.pending.calls == 1 && ci.pending.status == UV_ECANCELED,
+         "close-inside: the pending 10 s task ran once with UV_ECANCELED");
+  EXPECT_ERR(uvtw_ticket_cancel(pending_ticket), UV_EALREADY, "close-inside: its cancel is UV_EALREADY");
+  uvtw_ticket_release(pending_ticket);
+  f.wheel = NULL; /* closed by the task */
+  fx_close(&f);
+}
+
+
+/* ---- Everything outstanding at once, other threads still at work ----------
+ * Loop timers, loop-thread tasks, and tasks from other threads (with tickets
+ * and fire-and-forget) that are still being scheduled and cancelled while the
+ * wheel closes. Every task's argument is a heap block freed by whoever ends
+ * the task (its callback, or the thread whose cancel won), so Valgrind and
+ * LeakSanitizer see a leak or a double free if any task is lost or ended
+ * twice. Tickets are cancelled and released after the wheel's close
+ * callback has run. */
 
 #define THREADS 3
 #define PER_THREAD 3000
@@ -25,7 +404,6 @@ typedef struct {
   int status;
 } task_arg_t;
 
-static uv_loop_t loop;
 static uvtw_wheel_t *wheel;
 static _Atomic int close_cb_ran;
 static _Atomic int producers_done; /* threads that will not call uvtw_schedule again */
@@ -36,7 +414,7 @@ static int timer_fired_after_close;
 static uvtw_ticket_t *loop_tickets[LOOP_TASKS];
 static task_arg_t *loop_args[LOOP_TASKS];
 
-static void task_cb(void *p, int status) {
+static void oc_task_cb(void *p, int status) {
   task_arg_t *arg = p;
   if (atomic_fetch_add(&arg->ended, 1) != 0)
     atomic_fetch_add(&ended_twice, 1);
@@ -47,7 +425,7 @@ static void task_cb(void *p, int status) {
   free(arg);
 }
 
-static void timer_cb(uvtw_timer_t *t) {
+static void oc_timer_cb(uvtw_timer_t *t) {
   (void)t;
   if (atomic_load(&close_cb_ran))
     timer_fired_after_close++;
@@ -67,7 +445,7 @@ static void *produce(void *p) {
     task_arg_t *arg = calloc(1, sizeof *arg);
     bool with_ticket = i % 2 == 0;
     uvtw_ticket_t *ticket = NULL;
-    int r = uvtw_schedule(wheel, (uint64_t)(rand_r(&seed) % 200), task_cb, arg,
+    int r = uvtw_schedule(wheel, (uint64_t)(rand_r(&seed) % 200), oc_task_cb, arg,
                           with_ticket ? &ticket : NULL);
     if (r != 0) {
       free(arg);
@@ -123,21 +501,23 @@ static void close_now(uv_timer_t *t) {
       atomic_load(&producers_done) < THREADS)
     return;
   uvtw_wheel_close(wheel, on_close, NULL);
-  tap_ok(uvtw_schedule(wheel, 0, task_cb, NULL, NULL) == UV_ECANCELED,
+  tap_ok(uvtw_schedule(wheel, 0, oc_task_cb, NULL, NULL) == UV_ECANCELED,
          "uvtw_schedule on a closing wheel returns UV_ECANCELED");
   uv_close((uv_handle_t *)&closer, NULL);
 }
 
-int main(void) {
-  uv_loop_init(&loop);
-  tap_ok(uvtw_wheel_new(&loop, NULL, &wheel) == 0, "a wheel is created");
+static void test_close_everything_outstanding(void) {
+  fx_t f;
+  if (!fx_open(&f, "close with everything outstanding", NULL))
+    return;
+  wheel = f.wheel;
   for (int i = 0; i < LOOP_TIMERS; i++) {
     uvtw_timer_init(wheel, &timers[i]);
-    uvtw_timer_start(&timers[i], timer_cb, (uint64_t)(i % 100) * 3, i % 7 == 0 ? 5 : 0);
+    uvtw_timer_start(&timers[i], oc_timer_cb, (uint64_t)(i % 100) * 3, i % 7 == 0 ? 5 : 0);
   }
   for (int i = 0; i < LOOP_TASKS; i++) {
     loop_args[i] = calloc(1, sizeof *loop_args[i]);
-    int r = uvtw_schedule(wheel, (uint64_t)(i % 50) * 4, task_cb, loop_args[i],
+    int r = uvtw_schedule(wheel, (uint64_t)(i % 50) * 4, oc_task_cb, loop_args[i],
                           i % 2 ? &loop_tickets[i] : NULL);
     if (r == 0)
       atomic_fetch_add(&scheduled_ok, 1);
@@ -147,15 +527,15 @@ int main(void) {
   for (int t = 0; t < THREADS; t++)
     pthread_create(&producers[t].thread, NULL, produce, &producers[t]);
 
-  uv_timer_init(&loop, &closer);
+  uv_timer_init(&f.loop, &closer);
   uv_timer_start(&closer, close_now, 20, 5);
-  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
   tap_ok(atomic_load(&close_cb_ran) == 1, "the close callback ran once the handles closed");
 
   int active_after = 0;
   for (int i = 0; i < LOOP_TIMERS; i++)
     active_after += uvtw_timer_is_active(&timers[i]);
-  TAP_EQ(active_after, 0, "every pending timer is inactive after close");
+  EXPECT_U64(active_after, 0, "every pending timer is inactive after close");
 
   int loop_cancel_won = 0;
   for (int i = 1; i < LOOP_TASKS; i += 2) {
@@ -163,23 +543,31 @@ int main(void) {
       loop_cancel_won++;
     uvtw_ticket_release(loop_tickets[i]);
   }
-  TAP_EQ(loop_cancel_won, 0, "after close, cancelling a loop-thread ticket returns UV_EALREADY");
+  EXPECT_U64(loop_cancel_won, 0, "after close, cancelling a loop-thread ticket returns UV_EALREADY");
 
   for (int t = 0; t < THREADS; t++)
     pthread_join(producers[t].thread, NULL);
 
-  uv_run(&loop, UV_RUN_DEFAULT);
-  TAP_EQ(timer_fired_after_close, 0, "no timer fires after close");
-  TAP_EQ(atomic_load(&ended_twice), 0,
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  EXPECT_U64(timer_fired_after_close, 0, "no timer fires after close");
+  EXPECT_U64(atomic_load(&ended_twice), 0,
          "no task ended twice, no unexpected error, no late cancel won");
   long ended = atomic_load(&ran_due) + atomic_load(&ran_cancelled) + atomic_load(&cancels_won);
-  TAP_EQ(ended, atomic_load(&scheduled_ok),
+  EXPECT_U64(ended, atomic_load(&scheduled_ok),
          "every scheduled task ended exactly once: ran, ran with UV_ECANCELED, or cancelled");
   tap_ok(atomic_load(&ran_cancelled) > LOOP_TASKS,
          "remote tasks were still pending at close: %ld ended with UV_ECANCELED (%ld fired)",
          atomic_load(&ran_cancelled), atomic_load(&ran_due));
   tap_diag("scheduled %ld, refused after close %ld, won cancels %ld", atomic_load(&scheduled_ok),
            atomic_load(&schedule_refused), atomic_load(&cancels_won));
-  TAP_EQ(uv_loop_close(&loop), 0, "the loop closes: the wheel left no handle behind");
-  return tap_done();
+  f.wheel = NULL; /* closed by close_now */
+  fx_close(&f); /* the loop closes: the wheel left no handle behind */
 }
+
+static const tap_case_t cases[] = {
+    TAP_CASE(close_pending_timers), TAP_CASE(close_from_timer_cb),
+    TAP_CASE(close_tasks),          TAP_CASE(close_inside_task),
+    TAP_CASE(close_everything_outstanding),
+};
+
+FX_MAIN(cases)

@@ -1,30 +1,20 @@
 /* Loop-thread timers on several loops at once, each loop on its own thread
- * with two wheels: every start and stop must reach its own timer's wheel.
- *
- * A start or stop takes its wheel from a per-thread note of the last wheel
- * used and only compares the timer's own pointer with it (src/uvtw.c). This
- * proves that the note is per thread (threads never see each other's wheel)
- * and that a switch between two wheels on one thread is always noticed:
- * each thread makes random starts, restarts and stops on the timers of its
- * two wheels, keeps a model of which timers are active, then runs its loop
- * until all have fired. Checked against the model: uvtw_timer_is_active,
- * each wheel's stats, and that each timer ran once if left active, else
- * never. The thread suite runs this under ThreadSanitizer too.
+ * with two wheels: every start and stop reaches its own timer's wheel, and
+ * nothing is shared between wheels or threads. Each thread makes random
+ * starts, restarts and stops on the timers of its two wheels, keeps a model
+ * of which timers are active, then runs its loop until all have fired.
+ * Checked against the model: uvtw_timer_is_active, each wheel's stats, and
+ * that each timer ran once if left active, else never. The thread suite
+ * runs this under ThreadSanitizer too. The workers' loops are their own
+ * (the fixture is for a loop on the main thread); the main thread reports.
  *
  * Environment: UVTW_TEST_SCALE (default 1.0) multiplies the operations.
  */
-#define _POSIX_C_SOURCE 200809L
-
 #include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <uv.h>
-
-#include "tap.h"
-#include "uvtw.h"
+#include "fixture.h"
 
 enum { THREADS = 3, WHEELS = 2, TIMERS = 300 };
 
@@ -130,8 +120,7 @@ static void worker_run(void *arg) {
   wk->loop_close = uv_loop_close(&loop);
 }
 
-int main(void) {
-  setvbuf(stdout, NULL, _IOLBF, 0);
+static void test_loops_on_threads(void) {
   double scale = 1.0;
   const char *env = getenv("UVTW_TEST_SCALE");
   if (env != NULL && atof(env) > 0)
@@ -150,23 +139,26 @@ int main(void) {
     create_errors += uv_thread_create(&threads[t], worker_run, &workers[t]) != 0;
   if (create_errors) {
     printf("Bail out! uv_thread_create failed\n");
-    return 1;
+    exit(1);
   }
   for (int t = 0; t < THREADS; t++)
     uv_thread_join(&threads[t]);
 
   for (int t = 0; t < THREADS; t++) {
     worker_t *wk = &workers[t];
-    tap_ok(wk->setup_error == 0, "thread %d: its loop and two wheels were made", t);
-    tap_ok(wk->bad_returns == 0, "thread %d: all %zu starts and stops returned 0", t, ops);
-    tap_ok(wk->active_mismatch == 0,
+    EXPECT_U64(wk->setup_error, 0, "thread %d: its loop and two wheels were made", t);
+    EXPECT_U64(wk->bad_returns, 0, "thread %d: all %zu starts and stops returned 0", t, ops);
+    EXPECT_U64(wk->active_mismatch, 0,
            "thread %d: each timer is active exactly as its starts and stops left it", t);
-    tap_ok(wk->stats_before_bad == 0,
+    EXPECT_U64(wk->stats_before_bad, 0,
            "thread %d: each wheel's stats count its own starts, restarts and stops", t);
-    tap_ok(wk->fires_bad == 0, "thread %d: each timer ran once if left active, else never", t);
-    tap_ok(wk->stats_after_bad == 0, "thread %d: each wheel's stats count its own fires", t);
-    tap_ok(wk->close_calls == WHEELS, "thread %d: both wheels closed and called back", t);
-    tap_ok(wk->loop_close == 0, "thread %d: its loop closes cleanly (nothing left open)", t);
+    EXPECT_U64(wk->fires_bad, 0, "thread %d: each timer ran once if left active, else never", t);
+    EXPECT_U64(wk->stats_after_bad, 0, "thread %d: each wheel's stats count its own fires", t);
+    EXPECT_U64(wk->close_calls, WHEELS, "thread %d: both wheels closed and called back", t);
+    EXPECT_U64(wk->loop_close, 0, "thread %d: its loop closes cleanly (nothing left open)", t);
   }
-  return tap_done();
 }
+
+static const tap_case_t cases[] = {TAP_CASE(loops_on_threads)};
+
+FX_MAIN(cases)

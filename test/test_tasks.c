@@ -1,50 +1,38 @@
-/* Any-thread tasks: uvtw_schedule, uvtw_ticket_cancel, uvtw_ticket_release.
+/* Any-thread tasks: uvtw_schedule, uvtw_ticket_cancel, uvtw_ticket_release,
+ * against the "Any-thread tasks" part of ../shared/spec/API.md. Each case
+ * runs on a loop and wheel of its own:
  *
- * Each test_* function proves one part of the "Any-thread tasks" contract of
- * spec/API.md on a loop and wheel of its own:
- *
- *   argument errors ........ UV_EINVAL, and *ticket untouched on every error
+ *   argument_errors ........ UV_EINVAL, and *ticket untouched on every error
  *   max_pending ............ UV_ENOBUFS; a won cancel frees its place at once,
- *                            from any thread, before the loop has run
- *   cancel results ......... cancel twice after a win: 0, 0; after the
- *                            callback ran: UV_EALREADY, UV_EALREADY
- *   loop-thread keep-alive . a task scheduled on the loop thread keeps
+ *                            from any thread, before the loop has run; cancel
+ *                            twice after a win: 0, 0; after the callback ran:
+ *                            UV_EALREADY, UV_EALREADY
+ *   loop_thread_keeps_alive  a task scheduled on the loop thread keeps
  *                            uv_run(DEFAULT) from returning before it ran
- *   next iteration ......... a due task scheduled inside a wheel callback runs
+ *   next_iteration ......... a due task scheduled inside a wheel callback runs
  *                            in the next loop iteration, not in the same pass
- *   prompt cancel .......... a cancelled task leaves the wheel long before its
+ *   cancel_leaves_promptly . a cancelled task leaves the wheel long before its
  *                            deadline (stats.active, next_due, loop aliveness)
- *   close .................. pending tasks (in the wheel or still queued) get
- *                            UV_ECANCELED before the close callback; schedules
- *                            on a closing wheel get UV_ECANCELED; tickets can
- *                            be cancelled and released after close; close from
- *                            inside a task callback
  *   stress ................. 4 producers x 100 000 tasks with random timeouts
  *                            while a fifth thread cancels a random half: exact
  *                            accounting, never early, per-thread FIFO among
  *                            equal timeouts, loop thread only, stats
- *   close race ............. the wheel closes while producers and the
+ *   close_race ............. the wheel closes while producers and the
  *                            canceller are still running
  *
+ * Closing with tasks pending is in test_close.c.
+ *
  * Environment: UVTW_TEST_SCALE (default 1.0) multiplies the task counts of
- * the two threaded tests, for slow runs (Valgrind: 0.05 is plenty);
- * UVTW_TEST_WATCHDOG_S (default 120) bounds how long any loop may wait.
+ * the two threaded cases, for slow runs (Valgrind: 0.05 is plenty);
+ * UVTW_TEST_WATCHDOG_S (default 120) bounds how long their loop may wait.
  */
-#define _POSIX_C_SOURCE 200809L
-
-#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdbool.h>
-#include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include <uv.h>
-
-#include "tap.h"
-#include "uvtw.h"
+#include "fixture.h"
 
 #define NS_PER_MS UINT64_C(1000000)
 
@@ -52,14 +40,10 @@
 
 static double test_scale = 1.0;
 static uint64_t watchdog_ns = 120 * UINT64_C(1000000000);
-static uv_thread_t loop_thread;
 
-/* Distinct addresses that no ticket can have: a ticket variable is preset to
- * SENTINEL to prove an error leaves it untouched; HANDOFF_DONE marks that a
- * callback has taken its side of a ticket handoff. */
-static char sentinel_storage;
+/* HANDOFF_DONE marks that a callback has taken its side of a ticket
+ * handoff; no ticket has its address. */
 static char handoff_done_storage;
-#define SENTINEL ((uvtw_ticket_t *)(void *)&sentinel_storage)
 #define HANDOFF_DONE ((uvtw_ticket_t *)(void *)&handoff_done_storage)
 
 /* Problems found off the TAP path (threads, callbacks) are kept here and
@@ -92,22 +76,6 @@ static void flush_notes(void) {
   uv_mutex_unlock(&notes_mutex);
 }
 
-static const char *err_name(int rc) {
-  return rc == 0 ? "0" : uv_err_name(rc);
-}
-
-/* Checks a libuv return code; the message names expected and actual. */
-static int check_rc(int actual, int expected, const char *what) {
-  if (!tap_ok(actual == expected, "%s", what))
-    tap_diag("  expected %s, got %s (%d)", err_name(expected), err_name(actual), actual);
-  return actual == expected;
-}
-
-static bool on_loop_thread(void) {
-  uv_thread_t self = uv_thread_self();
-  return uv_thread_equal(&self, &loop_thread) != 0;
-}
-
 static void sleep_us(long us) {
   struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
   nanosleep(&ts, NULL);
@@ -129,34 +97,33 @@ static void close_handle_cb(uv_handle_t *handle) {
   (void)handle;
 }
 
-/* Runs the loop until every handle is closed, then closes it. */
+/* The threaded cases' loop: runs it until every handle is closed, then
+ * closes it; other threads may still hold the wheel, so a loop that cannot
+ * close ends the program. */
 static void finish_loop(uv_loop_t *loop, const char *what) {
   uv_run(loop, UV_RUN_DEFAULT);
   int rc = uv_loop_close(loop);
   if (rc != 0) {
     tap_ok(0, "%s: every handle of the loop is closed at the end", what);
-    tap_diag("  uv_loop_close returned %s; open handles:", err_name(rc));
+    tap_diag("  uv_loop_close returned %s; open handles:", tap_err_name_(rc));
     uv_print_all_handles(loop, stdout);
     fflush(stdout);
     exit(tap_done() | 1);
   }
 }
 
-/* A watchdog so that a lost task or a wheel that keeps the loop alive fails
- * the test instead of hanging it. Unreferenced: it never keeps a loop alive.
- * It stops the loop and lets the test go on, except in the threaded harness
- * (other threads still use the wheel), where it ends the program. */
+/* The threaded cases' watchdog: a lost task or a wheel that keeps the loop
+ * alive ends the program (other threads still use the wheel, so the case
+ * cannot just stop its loop and go on). Unreferenced. */
 static uv_timer_t watchdog;
 static const char *watchdog_what;
 static uint64_t watchdog_ms;
-static int watchdog_fatal;
 
 static void watchdog_fired(uv_timer_t *timer) {
+  (void)timer;
   tap_ok(0, "%s: done within %" PRIu64 " ms", watchdog_what, watchdog_ms);
   flush_notes();
-  if (watchdog_fatal)
-    exit(tap_done() | 1);
-  uv_stop(timer->loop);
+  exit(tap_done() | 1);
 }
 
 static void watchdog_start(uv_loop_t *loop, uint64_t ms, const char *what) {
@@ -171,79 +138,45 @@ static void watchdog_stop(void) {
   uv_close((uv_handle_t *)&watchdog, close_handle_cb);
 }
 
-/* A task argument that records what happened to it. */
-typedef struct probe_s {
-  int calls;
-  int status;
-  int wrong_thread;
-  uint64_t ran_ns;
-} probe_t;
-
-static void probe_cb(void *arg, int status) {
-  probe_t *p = arg;
-  p->calls++;
-  p->status = status;
-  p->ran_ns = uv_hrtime();
-  if (!on_loop_thread())
-    p->wrong_thread++;
-}
-
 /* The argument of schedules that must fail: if one succeeds, its callback
  * lands here harmlessly and the check on the return code reports it. */
-static probe_t stray_probe;
-
-static void closed_flag_cb(uvtw_wheel_t *wheel, void *arg) {
-  (void)wheel;
-  ++*(int *)arg;
-}
-
-/* Closes the wheel, waits for its close callback and closes the loop. */
-static void close_wheel_and_loop(uv_loop_t *loop, uvtw_wheel_t *wheel, const char *what) {
-  int closed = 0;
-  uvtw_wheel_close(wheel, closed_flag_cb, &closed);
-  uv_run(loop, UV_RUN_DEFAULT);
-  if (closed != 1) {
-    tap_ok(0, "%s: the wheel's close callback ran once", what);
-    tap_diag("  it ran %d times", closed);
-  }
-  finish_loop(loop, what);
-}
+static task_probe_t stray_probe;
 
 /* ---- Argument errors ------------------------------------------------------ */
 
 static void test_argument_errors(void) {
-  uv_loop_t loop;
+  fx_t f;
   uvtw_wheel_t *wheel = NULL;
-  probe_t probe = {0};
+  task_probe_t probe = {0};
   uvtw_ticket_t *ticket = SENTINEL;
   uvtw_stats_t stats;
 
-  uv_loop_init(&loop);
-  if (!check_rc(uvtw_wheel_new(&loop, NULL, &wheel), 0, "errors: uvtw_wheel_new succeeds"))
-    exit(tap_done() | 1);
+  if (!fx_open(&f, "errors", NULL))
+    return;
+  wheel = f.wheel;
 
-  check_rc(uvtw_schedule(NULL, 0, probe_cb, &probe, &ticket), UV_EINVAL,
+  EXPECT_ERR(uvtw_schedule(NULL, 0, task_probe_cb, &probe, &ticket), UV_EINVAL,
            "errors: schedule on a NULL wheel is UV_EINVAL");
   tap_ok(ticket == SENTINEL, "errors: a NULL wheel leaves *ticket untouched");
-  check_rc(uvtw_schedule(wheel, 0, NULL, &probe, &ticket), UV_EINVAL,
+  EXPECT_ERR(uvtw_schedule(wheel, 0, NULL, &probe, &ticket), UV_EINVAL,
            "errors: schedule with a NULL callback is UV_EINVAL");
   tap_ok(ticket == SENTINEL, "errors: a NULL callback leaves *ticket untouched");
-  check_rc(uvtw_schedule(NULL, 0, probe_cb, &probe, NULL), UV_EINVAL,
+  EXPECT_ERR(uvtw_schedule(NULL, 0, task_probe_cb, &probe, NULL), UV_EINVAL,
            "errors: fire-and-forget on a NULL wheel is UV_EINVAL");
-  check_rc(uvtw_schedule(wheel, 0, NULL, &probe, NULL), UV_EINVAL,
+  EXPECT_ERR(uvtw_schedule(wheel, 0, NULL, &probe, NULL), UV_EINVAL,
            "errors: fire-and-forget with a NULL callback is UV_EINVAL");
-  check_rc(uvtw_ticket_cancel(NULL), UV_EINVAL, "errors: cancelling a NULL ticket is UV_EINVAL");
+  EXPECT_ERR(uvtw_ticket_cancel(NULL), UV_EINVAL, "errors: cancelling a NULL ticket is UV_EINVAL");
   uvtw_ticket_release(NULL);
   tap_ok(1, "errors: releasing a NULL ticket is ignored");
 
   uvtw_wheel_stats(wheel, &stats);
-  TAP_EQ(stats.active, 0, "errors: failed schedules queued nothing (stats.active)");
-  TAP_EQ(stats.started, 0, "errors: failed schedules queued nothing (stats.started)");
-  tap_ok(!uv_loop_alive(&loop), "errors: failed schedules do not keep the loop alive");
+  EXPECT_U64(stats.active, 0, "errors: failed schedules queued nothing (stats.active)");
+  EXPECT_U64(stats.started, 0, "errors: failed schedules queued nothing (stats.started)");
+  tap_ok(!uv_loop_alive(&f.loop), "errors: failed schedules do not keep the loop alive");
 
-  uv_run(&loop, UV_RUN_NOWAIT);
-  TAP_EQ(probe.calls, 0, "errors: no callback ran for a failed schedule");
-  close_wheel_and_loop(&loop, wheel, "errors");
+  uv_run(&f.loop, UV_RUN_NOWAIT);
+  EXPECT_U64(probe.calls, 0, "errors: no callback ran for a failed schedule");
+  fx_close(&f);
 }
 
 /* ---- max_pending ------------------------------------------------------------ */
@@ -251,7 +184,7 @@ static void test_argument_errors(void) {
 typedef struct max_pending_thread_s {
   uvtw_wheel_t *wheel;
   uvtw_ticket_t *to_cancel;
-  probe_t *probe;
+  task_probe_t *probe;
   int rc_full;          /* schedule while full */
   int rc_full_untouched;
   int rc_cancel;        /* cancel of to_cancel */
@@ -263,51 +196,51 @@ typedef struct max_pending_thread_s {
 static void max_pending_thread(void *arg) {
   max_pending_thread_t *m = arg;
   uvtw_ticket_t *t = SENTINEL;
-  m->rc_full = uvtw_schedule(m->wheel, 10000, probe_cb, m->probe, &t);
+  m->rc_full = uvtw_schedule(m->wheel, 10000, task_probe_cb, m->probe, &t);
   m->rc_full_untouched = (t == SENTINEL);
   m->rc_cancel = uvtw_ticket_cancel(m->to_cancel);
   m->ticket = SENTINEL;
-  m->rc_after_cancel = uvtw_schedule(m->wheel, 10000, probe_cb, m->probe, &m->ticket);
-  m->rc_full_again = uvtw_schedule(m->wheel, 10000, probe_cb, m->probe, NULL);
+  m->rc_after_cancel = uvtw_schedule(m->wheel, 10000, task_probe_cb, m->probe, &m->ticket);
+  m->rc_full_again = uvtw_schedule(m->wheel, 10000, task_probe_cb, m->probe, NULL);
 }
 
 static void test_max_pending(void) {
   enum { LIMIT = 4 };
-  uv_loop_t loop;
+  fx_t f;
   uvtw_wheel_t *wheel = NULL;
   uvtw_options_t opts = {.tick_ms = 0, .max_pending = LIMIT};
-  probe_t probes[16];
+  task_probe_t probes[16];
   uvtw_ticket_t *tickets[16];
   uvtw_ticket_t *t;
   int ok = 1;
 
   memset(probes, 0, sizeof probes);
-  uv_loop_init(&loop);
-  if (!check_rc(uvtw_wheel_new(&loop, &opts, &wheel), 0, "max_pending: uvtw_wheel_new succeeds"))
-    exit(tap_done() | 1);
+  if (!fx_open(&f, "max_pending", &opts))
+    return;
+  wheel = f.wheel;
 
   for (int i = 0; i < LIMIT; i++) {
     tickets[i] = NULL;
-    ok &= uvtw_schedule(wheel, 10000, probe_cb, &probes[i], &tickets[i]) == 0;
+    ok &= uvtw_schedule(wheel, 10000, task_probe_cb, &probes[i], &tickets[i]) == 0;
     ok &= tickets[i] != NULL && tickets[i] != SENTINEL;
   }
   tap_ok(ok, "max_pending: %d schedules up to the limit succeed and hand out tickets", LIMIT);
 
   t = SENTINEL;
-  check_rc(uvtw_schedule(wheel, 10000, probe_cb, &probes[15], &t), UV_ENOBUFS,
+  EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[15], &t), UV_ENOBUFS,
            "max_pending: one schedule past the limit is UV_ENOBUFS");
   tap_ok(t == SENTINEL, "max_pending: UV_ENOBUFS leaves *ticket untouched");
-  check_rc(uvtw_schedule(wheel, 0, probe_cb, &probes[15], NULL), UV_ENOBUFS,
+  EXPECT_ERR(uvtw_schedule(wheel, 0, task_probe_cb, &probes[15], NULL), UV_ENOBUFS,
            "max_pending: fire-and-forget tasks count against the limit too");
 
-  check_rc(uvtw_ticket_cancel(tickets[1]), 0, "max_pending: cancelling a pending task wins");
-  check_rc(uvtw_ticket_cancel(tickets[1]), 0, "cancel: cancelling again after a win returns 0 again");
+  EXPECT_ERR(uvtw_ticket_cancel(tickets[1]), 0, "max_pending: cancelling a pending task wins");
+  EXPECT_ERR(uvtw_ticket_cancel(tickets[1]), 0, "cancel: cancelling again after a win returns 0 again");
   tickets[4] = SENTINEL;
-  check_rc(uvtw_schedule(wheel, 10000, probe_cb, &probes[4], &tickets[4]), 0,
+  EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[4], &tickets[4]), 0,
            "max_pending: a won cancel frees its place at once (loop not run in between)");
   if (tickets[4] == SENTINEL)
     tickets[4] = NULL; /* failed: nothing to cancel or release (both take NULL) */
-  check_rc(uvtw_schedule(wheel, 10000, probe_cb, &probes[15], NULL), UV_ENOBUFS,
+  EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[15], NULL), UV_ENOBUFS,
            "max_pending: ...and only one place");
 
   /* The same from another thread: its tasks wait in the queue, which counts. */
@@ -315,12 +248,12 @@ static void test_max_pending(void) {
   uv_thread_t thread;
   uv_thread_create(&thread, max_pending_thread, &m);
   uv_thread_join(&thread);
-  check_rc(m.rc_full, UV_ENOBUFS, "max_pending: another thread gets UV_ENOBUFS while full");
+  EXPECT_ERR(m.rc_full, UV_ENOBUFS, "max_pending: another thread gets UV_ENOBUFS while full");
   tap_ok(m.rc_full_untouched, "max_pending: ...and its *ticket is untouched");
-  check_rc(m.rc_cancel, 0, "max_pending: another thread's cancel of a loop-thread task wins");
-  check_rc(m.rc_after_cancel, 0, "max_pending: that won cancel frees a place for the other thread at once");
+  EXPECT_ERR(m.rc_cancel, 0, "max_pending: another thread's cancel of a loop-thread task wins");
+  EXPECT_ERR(m.rc_after_cancel, 0, "max_pending: that won cancel frees a place for the other thread at once");
   tap_ok(m.ticket != SENTINEL && m.ticket != NULL, "max_pending: ...which gets a ticket");
-  check_rc(m.rc_full_again, UV_ENOBUFS, "max_pending: a queued cross-thread task holds its place");
+  EXPECT_ERR(m.rc_full_again, UV_ENOBUFS, "max_pending: a queued cross-thread task holds its place");
   tickets[5] = m.ticket == SENTINEL ? NULL : m.ticket;
 
   /* Cancel everything left; none of it may run, nor keep the loop alive. */
@@ -338,15 +271,13 @@ static void test_max_pending(void) {
   ok = 1;
   for (int i = 0; i < LIMIT; i++) {
     tickets[i] = NULL;
-    ok &= uvtw_schedule(wheel, 0, probe_cb, &probes[8 + i], &tickets[i]) == 0;
+    ok &= uvtw_schedule(wheel, 0, task_probe_cb, &probes[8 + i], &tickets[i]) == 0;
   }
   tap_ok(ok, "max_pending: after cancelling everything, %d places are free again", LIMIT);
-  watchdog_start(&loop, 5000, "max_pending: uv_run with cancelled 10 s tasks and four 0 ms tasks");
   uint64_t t0 = uv_hrtime();
-  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
   uint64_t run_ms = (uv_hrtime() - t0) / NS_PER_MS;
-  watchdog_stop();
-  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
   if (!tap_ok(run_ms < 2000, "max_pending: cancelled 10 s tasks do not keep the loop alive"))
     tap_diag("  uv_run(DEFAULT) took %" PRIu64 " ms", run_ms);
 
@@ -358,7 +289,7 @@ static void test_max_pending(void) {
   for (int i = 8; i < 8 + LIMIT; i++)
     ok &= probes[i].calls == 1 && probes[i].status == 0 && !probes[i].wrong_thread;
   tap_ok(ok, "max_pending: the %d 0 ms tasks ran once each, with status 0, on the loop thread", LIMIT);
-  TAP_EQ(probes[15].calls, 0, "max_pending: no rejected task ever ran");
+  EXPECT_U64(probes[15].calls, 0, "max_pending: no rejected task ever ran");
 
   ok = 1;
   for (int i = 0; i < LIMIT; i++) {
@@ -372,7 +303,7 @@ static void test_max_pending(void) {
   ok = 1;
   for (int i = 0; i < LIMIT; i++) {
     tickets[i] = NULL;
-    ok &= uvtw_schedule(wheel, 10000, probe_cb, &probes[15], &tickets[i]) == 0;
+    ok &= uvtw_schedule(wheel, 10000, task_probe_cb, &probes[15], &tickets[i]) == 0;
   }
   tap_ok(ok, "max_pending: tasks that fired gave their places back");
   ok = 1;
@@ -381,58 +312,56 @@ static void test_max_pending(void) {
     uvtw_ticket_release(tickets[i]);
   }
   tap_ok(ok, "max_pending: ...and those cancel again (0)");
-  close_wheel_and_loop(&loop, wheel, "max_pending");
-  TAP_EQ(probes[15].calls, 0, "max_pending: tasks cancelled before close never ran, even at close");
+  fx_close(&f);
+  EXPECT_U64(probes[15].calls, 0, "max_pending: tasks cancelled before close never ran, even at close");
 }
 
 /* ---- A loop-thread task keeps the loop alive ------------------------------ */
 
 static void test_loop_thread_keeps_alive(void) {
-  uv_loop_t loop;
+  fx_t f;
   uvtw_wheel_t *wheel = NULL;
-  probe_t forget = {0}, held = {0};
+  task_probe_t forget = {0}, held = {0};
   uvtw_ticket_t *ticket = NULL;
   uvtw_stats_t stats;
 
-  uv_loop_init(&loop);
-  if (!check_rc(uvtw_wheel_new(&loop, NULL, &wheel), 0, "keep-alive: uvtw_wheel_new succeeds"))
-    exit(tap_done() | 1);
-  tap_ok(!uv_loop_alive(&loop), "keep-alive: an idle wheel does not keep the loop alive");
+  if (!fx_open(&f, "keep-alive", NULL))
+    return;
+  wheel = f.wheel;
+  tap_ok(!uv_loop_alive(&f.loop), "keep-alive: an idle wheel does not keep the loop alive");
 
-  uv_update_time(&loop);
+  uv_update_time(&f.loop);
   uint64_t t0 = uv_hrtime();
-  check_rc(uvtw_schedule(wheel, 30, probe_cb, &forget, NULL), 0,
+  EXPECT_ERR(uvtw_schedule(wheel, 30, task_probe_cb, &forget, NULL), 0,
            "keep-alive: fire-and-forget schedule on the loop thread succeeds");
-  tap_ok(uv_loop_alive(&loop), "keep-alive: the loop is alive right after the call");
+  tap_ok(uv_loop_alive(&f.loop), "keep-alive: the loop is alive right after the call");
   uvtw_wheel_stats(wheel, &stats);
-  TAP_EQ(stats.active, 1, "keep-alive: a loop-thread task goes straight into the wheel (stats.active)");
+  EXPECT_U64(stats.active, 1, "keep-alive: a loop-thread task goes straight into the wheel (stats.active)");
   int64_t due = uvtw_wheel_next_due(wheel);
   if (!tap_ok(due >= 0 && due <= 30, "keep-alive: next_due sees the loop-thread task at once"))
     tap_diag("  next_due = %" PRId64 ", expected 0..30", due);
 
-  watchdog_start(&loop, 5000, "keep-alive: uv_run");
-  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
   uint64_t elapsed_ns = uv_hrtime() - t0;
-  TAP_EQ(forget.calls, 1, "keep-alive: uv_run(DEFAULT) returned only after the 30 ms task ran");
-  TAP_EQ(forget.status, 0, "keep-alive: ...with status 0");
+  EXPECT_U64(forget.calls, 1, "keep-alive: uv_run(DEFAULT) returned only after the 30 ms task ran");
+  EXPECT_U64(forget.status, 0, "keep-alive: ...with status 0");
   if (!tap_ok(forget.calls == 1 && forget.ran_ns - t0 >= 29 * NS_PER_MS,
               "keep-alive: ...not before 29 ms after the call"))
     tap_diag("  it ran after %.3f ms", (forget.ran_ns - t0) / 1e6);
   if (!tap_ok(elapsed_ns < 2000 * NS_PER_MS, "keep-alive: ...and the loop ended right after it"))
     tap_diag("  uv_run took %.3f ms", elapsed_ns / 1e6);
 
-  check_rc(uvtw_schedule(wheel, 5, probe_cb, &held, &ticket), 0,
+  EXPECT_ERR(uvtw_schedule(wheel, 5, task_probe_cb, &held, &ticket), 0,
            "keep-alive: a schedule with a ticket on the loop thread succeeds");
-  tap_ok(uv_loop_alive(&loop), "keep-alive: the loop is alive right after that call too");
-  uv_run(&loop, UV_RUN_DEFAULT);
-  TAP_EQ(held.calls, 1, "keep-alive: uv_run(DEFAULT) returned only after the ticketed task ran");
-  check_rc(uvtw_ticket_cancel(ticket), UV_EALREADY, "keep-alive: its cancel afterwards is UV_EALREADY");
+  tap_ok(uv_loop_alive(&f.loop), "keep-alive: the loop is alive right after that call too");
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  EXPECT_U64(held.calls, 1, "keep-alive: uv_run(DEFAULT) returned only after the ticketed task ran");
+  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY, "keep-alive: its cancel afterwards is UV_EALREADY");
   uvtw_ticket_release(ticket);
-  watchdog_stop();
   uvtw_wheel_stats(wheel, &stats);
-  TAP_EQ(stats.fired, 2, "keep-alive: stats.fired counts both tasks");
-  TAP_EQ(stats.active, 0, "keep-alive: stats.active is 0 after both ran");
-  close_wheel_and_loop(&loop, wheel, "keep-alive");
+  EXPECT_U64(stats.fired, 2, "keep-alive: stats.fired counts both tasks");
+  EXPECT_U64(stats.active, 0, "keep-alive: stats.active is 0 after both ran");
+  fx_close(&f);
 }
 
 /* ---- Tasks scheduled inside a wheel callback run in the next iteration --- */
@@ -468,33 +397,31 @@ static void chain_cb(void *arg, int status) {
 }
 
 static void test_next_iteration(void) {
-  uv_loop_t loop;
+  fx_t f;
   chain_t c;
 
   memset(&c, 0, sizeof c);
-  uv_loop_init(&loop);
-  if (!check_rc(uvtw_wheel_new(&loop, NULL, &c.wheel), 0, "next-iteration: uvtw_wheel_new succeeds"))
-    exit(tap_done() | 1);
-  uv_check_init(&loop, &c.check);
+  if (!fx_open(&f, "next-iteration", NULL))
+    return;
+  c.wheel = f.wheel;
+  uv_check_init(&f.loop, &c.check);
   c.check.data = &c;
   uv_check_start(&c.check, chain_check_cb);
   uv_unref((uv_handle_t *)&c.check);
 
-  check_rc(uvtw_schedule(c.wheel, 0, chain_cb, &c, NULL), 0, "next-iteration: first link scheduled");
-  watchdog_start(&loop, 10000, "next-iteration: uv_run");
-  uv_run(&loop, UV_RUN_DEFAULT);
-  watchdog_stop();
-  TAP_EQ(c.links, CHAIN_LINKS,
+  EXPECT_ERR(uvtw_schedule(c.wheel, 0, chain_cb, &c, NULL), 0, "next-iteration: first link scheduled");
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  EXPECT_U64(c.links, CHAIN_LINKS,
          "next-iteration: a chain of 0 ms tasks, each scheduled from the previous one's callback, "
          "keeps the loop alive to the end");
-  TAP_EQ(c.errors, 0, "next-iteration: every link was scheduled and ran with status 0");
+  EXPECT_U64(c.errors, 0, "next-iteration: every link was scheduled and ran with status 0");
   if (!tap_ok(c.same_pass == 0,
               "next-iteration: a due task scheduled inside a wheel callback runs in the next loop "
               "iteration, never in the same pass"))
     tap_diag("  %d of %d links ran in the same loop iteration as the callback that scheduled them",
              c.same_pass, CHAIN_LINKS - 1);
   uv_close((uv_handle_t *)&c.check, close_handle_cb);
-  close_wheel_and_loop(&loop, c.wheel, "next-iteration");
+  fx_close(&f);
 }
 
 /* ---- A cancelled task leaves the wheel promptly --------------------------- */
@@ -502,10 +429,10 @@ static void test_next_iteration(void) {
 enum { PROMPT_TASKS = 1000 };
 
 typedef struct prompt_s {
-  uv_loop_t loop;
+  fx_t f;
   uvtw_wheel_t *wheel;
   uv_timer_t poll;
-  probe_t probes[PROMPT_TASKS];
+  task_probe_t probes[PROMPT_TASKS];
   uvtw_ticket_t *tickets[PROMPT_TASKS];
   atomic_int phase;       /* 0 scheduling, 1 scheduled, 2 taken in (go cancel), 3 cancelled */
   int scheduled_ok;
@@ -519,7 +446,7 @@ typedef struct prompt_s {
 static void prompt_thread(void *arg) {
   prompt_t *p = arg;
   for (int i = 0; i < PROMPT_TASKS; i++)
-    p->scheduled_ok += uvtw_schedule(p->wheel, 10000, probe_cb, &p->probes[i], &p->tickets[i]) == 0;
+    p->scheduled_ok += uvtw_schedule(p->wheel, 10000, task_probe_cb, &p->probes[i], &p->tickets[i]) == 0;
   atomic_store(&p->phase, 1);
   while (atomic_load(&p->phase) != 2)
     sleep_us(200);
@@ -547,57 +474,55 @@ static void prompt_poll_cb(uv_timer_t *timer) {
 }
 
 static void test_cancel_leaves_promptly(void) {
-  prompt_t *p = calloc(1, sizeof *p);
+  prompt_t *p = fx_xcalloc(1, sizeof *p);
   uvtw_stats_t stats;
-  probe_t local = {0};
+  task_probe_t local = {0};
   uvtw_ticket_t *ticket = NULL;
 
-  uv_loop_init(&p->loop);
-  if (!check_rc(uvtw_wheel_new(&p->loop, NULL, &p->wheel), 0, "prompt: uvtw_wheel_new succeeds"))
-    exit(tap_done() | 1);
+  if (!fx_open(&p->f, "prompt", NULL)) {
+    free(p);
+    return;
+  }
+  p->wheel = p->f.wheel;
 
   /* On the loop thread. */
   uint64_t before_ms = uv_hrtime() / 1000000;
-  check_rc(uvtw_schedule(p->wheel, 10000, probe_cb, &local, &ticket), 0,
+  EXPECT_ERR(uvtw_schedule(p->wheel, 10000, task_probe_cb, &local, &ticket), 0,
            "prompt: a 10 s task is scheduled on the loop thread");
   uint64_t after_ms = uv_hrtime() / 1000000;
   uvtw_wheel_stats(p->wheel, &stats);
-  TAP_EQ(stats.active, 1, "prompt: it is in the wheel at once (stats.active)");
+  EXPECT_U64(stats.active, 1, "prompt: it is in the wheel at once (stats.active)");
   /* The deadline is uv_hrtime() at the call + 10 s; next_due counts from the
    * loop's cached uv_now(), which lags the call by (call - uv_now). */
   int64_t due = uvtw_wheel_next_due(p->wheel);
-  int64_t lag_lo = (int64_t)before_ms - (int64_t)uv_now(&p->loop);
-  int64_t lag_hi = (int64_t)after_ms - (int64_t)uv_now(&p->loop);
+  int64_t lag_lo = (int64_t)before_ms - (int64_t)uv_now(&p->f.loop);
+  int64_t lag_hi = (int64_t)after_ms - (int64_t)uv_now(&p->f.loop);
   if (!tap_ok(due >= 10000 + lag_lo && due <= 10000 + lag_hi,
               "prompt: next_due sees it (10000 ms from the call, counted from uv_now)"))
     tap_diag("  next_due = %" PRId64, due);
-  check_rc(uvtw_ticket_cancel(ticket), 0, "prompt: its cancel wins");
+  EXPECT_ERR(uvtw_ticket_cancel(ticket), 0, "prompt: its cancel wins");
   uvtw_ticket_release(ticket);
-  watchdog_start(&p->loop, 5000, "prompt: uv_run with one cancelled 10 s task");
   uint64_t t0 = uv_hrtime();
-  uv_run(&p->loop, UV_RUN_DEFAULT);
+  uv_run(&p->f.loop, UV_RUN_DEFAULT);
   uint64_t run_ns = uv_hrtime() - t0;
-  watchdog_stop();
-  uv_run(&p->loop, UV_RUN_DEFAULT);
+  uv_run(&p->f.loop, UV_RUN_DEFAULT);
   if (!tap_ok(run_ns < 1000 * NS_PER_MS,
               "prompt: a cancelled 10 s task does not keep the loop alive (uv_run returns at once)"))
     tap_diag("  uv_run(DEFAULT) took %.1f ms", run_ns / 1e6);
   uvtw_wheel_stats(p->wheel, &stats);
-  TAP_EQ(stats.active, 0, "prompt: after one loop run the cancelled task is gone (stats.active)");
+  EXPECT_U64(stats.active, 0, "prompt: after one loop run the cancelled task is gone (stats.active)");
   due = uvtw_wheel_next_due(p->wheel);
   if (!tap_ok(due == -1, "prompt: ...and next_due no longer sees it"))
     tap_diag("  next_due = %" PRId64 ", expected -1", due);
-  TAP_EQ(local.calls, 0, "prompt: the cancelled task never ran");
+  EXPECT_U64(local.calls, 0, "prompt: the cancelled task never ran");
 
   /* From another thread, once the loop has taken the tasks in. */
-  uv_timer_init(&p->loop, &p->poll);
+  uv_timer_init(&p->f.loop, &p->poll);
   p->poll.data = p;
   uv_timer_start(&p->poll, prompt_poll_cb, 1, 1);
-  watchdog_start(&p->loop, 8000, "prompt: take in 1000 10 s tasks, cancel them, see them leave");
   uv_thread_t thread;
   uv_thread_create(&thread, prompt_thread, p);
-  uv_run(&p->loop, UV_RUN_DEFAULT);
-  watchdog_stop();
+  uv_run(&p->f.loop, UV_RUN_DEFAULT);
   /* If the watchdog stopped the loop before the tasks were seen taken in,
    * let the thread go on to cancel them anyway, so it can be joined. */
   while (atomic_load(&p->phase) == 0)
@@ -606,11 +531,11 @@ static void test_cancel_leaves_promptly(void) {
   atomic_compare_exchange_strong(&p->phase, &scheduled, 2);
   uv_thread_join(&thread);
   uv_close((uv_handle_t *)&p->poll, close_handle_cb);
-  uv_run(&p->loop, UV_RUN_DEFAULT);
+  uv_run(&p->f.loop, UV_RUN_DEFAULT);
 
-  TAP_EQ(p->scheduled_ok, PROMPT_TASKS, "prompt: another thread scheduled 1000 tasks of 10 s");
-  TAP_EQ(p->active_taken_in, PROMPT_TASKS, "prompt: the loop took all of them in (stats.active)");
-  TAP_EQ(p->cancelled_ok, PROMPT_TASKS, "prompt: the other thread's cancels all won");
+  EXPECT_U64(p->scheduled_ok, PROMPT_TASKS, "prompt: another thread scheduled 1000 tasks of 10 s");
+  EXPECT_U64(p->active_taken_in, PROMPT_TASKS, "prompt: the loop took all of them in (stats.active)");
+  EXPECT_U64(p->cancelled_ok, PROMPT_TASKS, "prompt: the other thread's cancels all won");
   uint64_t gone_ms = (p->left_ns - p->cancelled_ns) / NS_PER_MS;
   if (!tap_ok(p->left_ns != 0 && gone_ms < 2000,
               "prompt: the cancelled tasks left the wheel long before their deadline "
@@ -621,201 +546,12 @@ static void test_cancel_leaves_promptly(void) {
   int ran = 0;
   for (int i = 0; i < PROMPT_TASKS; i++)
     ran += p->probes[i].calls;
-  TAP_EQ(ran, 0, "prompt: none of the cancelled tasks ran");
+  EXPECT_U64(ran, 0, "prompt: none of the cancelled tasks ran");
   uvtw_wheel_stats(p->wheel, &stats);
-  TAP_EQ(stats.stopped, PROMPT_TASKS + 1, "prompt: stats.stopped counts every won cancel");
+  EXPECT_U64(stats.stopped, PROMPT_TASKS + 1, "prompt: stats.stopped counts every won cancel");
   tap_ok(stats.remote_batches > 0, "prompt: stats.remote_batches > 0 after cross-thread scheduling");
-  close_wheel_and_loop(&p->loop, p->wheel, "prompt");
+  fx_close(&p->f);
   free(p);
-}
-
-/* ---- Close ----------------------------------------------------------------- */
-
-enum { CLOSE_A, CLOSE_B, CLOSE_C, CLOSE_D, CLOSE_E, CLOSE_PROBES };
-
-typedef struct close_test_s {
-  uvtw_wheel_t *wheel;
-  probe_t probes[CLOSE_PROBES];
-  int close_called;
-  int close_cb_runs;
-  int calls_at_close_cb[CLOSE_PROBES];
-  int schedule_in_close_cb;
-  int schedule_in_task_cb;
-  int schedule_in_task_cb_untouched;
-  int ecanceled_before_close;
-} close_test_t;
-
-static close_test_t *close_ctx;
-
-static void close_task_cb(void *arg, int status) {
-  probe_cb(arg, status);
-  if (status == UV_ECANCELED && !close_ctx->close_called)
-    close_ctx->ecanceled_before_close++;
-  if (arg == &close_ctx->probes[CLOSE_A]) {
-    uvtw_ticket_t *t = SENTINEL;
-    close_ctx->schedule_in_task_cb = uvtw_schedule(close_ctx->wheel, 0, probe_cb, arg, &t);
-    close_ctx->schedule_in_task_cb_untouched = (t == SENTINEL);
-  }
-}
-
-static void close_test_cb(uvtw_wheel_t *wheel, void *arg) {
-  close_test_t *c = arg;
-  c->close_cb_runs++;
-  tap_ok(wheel == c->wheel, "close: the close callback gets the wheel");
-  for (int i = 0; i < CLOSE_PROBES; i++)
-    c->calls_at_close_cb[i] = c->probes[i].calls;
-  c->schedule_in_close_cb = uvtw_schedule(wheel, 0, probe_cb, &c->probes[CLOSE_D], NULL);
-}
-
-typedef struct ticket_job_s {
-  uvtw_wheel_t *wheel;
-  probe_t *probe;
-  uvtw_ticket_t *ticket;
-  int rc;
-  int cancel_rc;
-} ticket_job_t;
-
-static void schedule_job(void *arg) {
-  ticket_job_t *j = arg;
-  j->rc = uvtw_schedule(j->wheel, 10000, close_task_cb, j->probe, &j->ticket);
-}
-
-static void cancel_release_job(void *arg) {
-  ticket_job_t *j = arg;
-  j->cancel_rc = uvtw_ticket_cancel(j->ticket);
-  uvtw_ticket_release(j->ticket);
-}
-
-/* A task callback that closes the wheel, twice (the second call is ignored). */
-typedef struct close_inside_s {
-  uvtw_wheel_t *wheel;
-  int close_cb_runs;
-  probe_t pending;
-} close_inside_t;
-
-static void close_inside_close_cb(uvtw_wheel_t *wheel, void *arg) {
-  close_inside_t *c = arg;
-  (void)wheel;
-  c->close_cb_runs++;
-}
-
-static void close_inside_task_cb(void *arg, int status) {
-  close_inside_t *c = arg;
-  if (status == 0) {
-    uvtw_wheel_close(c->wheel, close_inside_close_cb, c);
-    uvtw_wheel_close(c->wheel, close_inside_close_cb, c);
-  }
-}
-
-static void test_close(void) {
-  uv_loop_t loop;
-  close_test_t c;
-  uvtw_ticket_t *tickets[CLOSE_PROBES] = {0};
-  uvtw_ticket_t *t;
-
-  memset(&c, 0, sizeof c);
-  close_ctx = &c;
-  uv_loop_init(&loop);
-  if (!check_rc(uvtw_wheel_new(&loop, NULL, &c.wheel), 0, "close: uvtw_wheel_new succeeds"))
-    exit(tap_done() | 1);
-
-  /* A: 10 s with a ticket; B: 0 ms with a ticket, never given a loop run;
-   * C: 5 s fire-and-forget; D: cancelled before close; E: scheduled by another
-   * thread and still in the queue at close (the loop never ran). */
-  int ok = 1;
-  ok &= uvtw_schedule(c.wheel, 10000, close_task_cb, &c.probes[CLOSE_A], &tickets[CLOSE_A]) == 0;
-  ok &= uvtw_schedule(c.wheel, 0, close_task_cb, &c.probes[CLOSE_B], &tickets[CLOSE_B]) == 0;
-  ok &= uvtw_schedule(c.wheel, 5000, close_task_cb, &c.probes[CLOSE_C], NULL) == 0;
-  ok &= uvtw_schedule(c.wheel, 10000, close_task_cb, &c.probes[CLOSE_D], &tickets[CLOSE_D]) == 0;
-  tap_ok(ok, "close: four tasks scheduled on the loop thread");
-  check_rc(uvtw_ticket_cancel(tickets[CLOSE_D]), 0, "close: one of them is cancelled before close");
-  ticket_job_t job = {.wheel = c.wheel, .probe = &c.probes[CLOSE_E]};
-  uv_thread_t thread;
-  uv_thread_create(&thread, schedule_job, &job);
-  uv_thread_join(&thread);
-  check_rc(job.rc, 0, "close: another thread scheduled a fifth task (still queued)");
-  tickets[CLOSE_E] = job.ticket;
-
-  c.close_called = 1;
-  uvtw_wheel_close(c.wheel, close_test_cb, &c);
-  t = SENTINEL;
-  check_rc(uvtw_schedule(c.wheel, 0, probe_cb, &c.probes[CLOSE_D], &t), UV_ECANCELED,
-           "close: schedule after uvtw_wheel_close returned is UV_ECANCELED");
-  tap_ok(t == SENTINEL, "close: ...and leaves *ticket untouched");
-  check_rc(uvtw_schedule(c.wheel, 0, probe_cb, &c.probes[CLOSE_D], NULL), UV_ECANCELED,
-           "close: fire-and-forget after close is UV_ECANCELED");
-  job.rc = 1;
-  job.ticket = SENTINEL;
-  uv_thread_create(&thread, schedule_job, &job);
-  uv_thread_join(&thread);
-  check_rc(job.rc, UV_ECANCELED, "close: another thread's schedule on the closing wheel is UV_ECANCELED");
-  tap_ok(job.ticket == SENTINEL, "close: ...and leaves its *ticket untouched");
-  check_rc(uvtw_ticket_cancel(tickets[CLOSE_D]), 0, "close: a won cancel still returns 0 while closing");
-
-  watchdog_start(&loop, 5000, "close: uv_run after uvtw_wheel_close");
-  uv_run(&loop, UV_RUN_DEFAULT);
-  watchdog_stop();
-  uv_run(&loop, UV_RUN_DEFAULT);
-
-  TAP_EQ(c.close_cb_runs, 1, "close: the close callback ran exactly once");
-  ok = 1;
-  for (int i = 0; i < CLOSE_PROBES; i++) {
-    if (i == CLOSE_D)
-      continue;
-    ok &= c.calls_at_close_cb[i] == 1 && c.probes[i].calls == 1;
-    ok &= c.probes[i].status == UV_ECANCELED && !c.probes[i].wrong_thread;
-  }
-  if (!tap_ok(ok, "close: every pending task (in the wheel or still queued) ran once with "
-                  "UV_ECANCELED, on the loop thread, before the close callback"))
-    for (int i = 0; i < CLOSE_PROBES; i++)
-      tap_diag("  task %c: calls at close cb %d, calls %d, status %s", 'A' + i,
-               c.calls_at_close_cb[i], c.probes[i].calls, err_name(c.probes[i].status));
-  TAP_EQ(c.probes[CLOSE_D].calls, 0, "close: the task whose cancel won never ran, not even at close");
-  TAP_EQ(c.ecanceled_before_close, 0, "close: no UV_ECANCELED before uvtw_wheel_close");
-  check_rc(c.schedule_in_task_cb, UV_ECANCELED,
-           "close: schedule inside an UV_ECANCELED callback is UV_ECANCELED");
-  tap_ok(c.schedule_in_task_cb_untouched, "close: ...and leaves *ticket untouched");
-  check_rc(c.schedule_in_close_cb, UV_ECANCELED, "close: schedule inside the close callback is UV_ECANCELED");
-
-  check_rc(uvtw_ticket_cancel(tickets[CLOSE_A]), UV_EALREADY,
-           "close: cancel after close of a task that ran with UV_ECANCELED is UV_EALREADY");
-  check_rc(uvtw_ticket_cancel(tickets[CLOSE_B]), UV_EALREADY,
-           "close: ...also for a 0 ms task that never had a loop run");
-  check_rc(uvtw_ticket_cancel(tickets[CLOSE_D]), 0, "close: a won cancel still returns 0 after close");
-  uvtw_ticket_release(tickets[CLOSE_A]);
-  uvtw_ticket_release(tickets[CLOSE_D]);
-  finish_loop(&loop, "close");
-  /* Released from another thread after the loop itself is gone. */
-  ticket_job_t late = {.ticket = tickets[CLOSE_E]};
-  uv_thread_create(&thread, cancel_release_job, &late);
-  uv_thread_join(&thread);
-  check_rc(late.cancel_rc, UV_EALREADY,
-           "close: another thread cancels a queued-at-close task after the loop closed: UV_EALREADY");
-  late.ticket = tickets[CLOSE_B];
-  uv_thread_create(&thread, cancel_release_job, &late);
-  uv_thread_join(&thread);
-  check_rc(late.cancel_rc, UV_EALREADY, "close: ...and releases the last ticket there");
-
-  /* Close from inside a task callback. */
-  close_inside_t ci;
-  uvtw_ticket_t *pending_ticket = NULL;
-  memset(&ci, 0, sizeof ci);
-  uv_loop_init(&loop);
-  if (!check_rc(uvtw_wheel_new(&loop, NULL, &ci.wheel), 0, "close-inside: uvtw_wheel_new succeeds"))
-    exit(tap_done() | 1);
-  ok = uvtw_schedule(ci.wheel, 0, close_inside_task_cb, &ci, NULL) == 0;
-  ok &= uvtw_schedule(ci.wheel, 10000, probe_cb, &ci.pending, &pending_ticket) == 0;
-  tap_ok(ok, "close-inside: a closing task and a 10 s task scheduled");
-  watchdog_start(&loop, 5000, "close-inside: uv_run");
-  uv_run(&loop, UV_RUN_DEFAULT);
-  watchdog_stop();
-  TAP_EQ(ci.close_cb_runs, 1,
-         "close-inside: closing (twice) from inside a task callback runs the close callback once");
-  tap_ok(ci.pending.calls == 1 && ci.pending.status == UV_ECANCELED,
-         "close-inside: the pending 10 s task ran once with UV_ECANCELED");
-  check_rc(uvtw_ticket_cancel(pending_ticket), UV_EALREADY, "close-inside: its cancel is UV_EALREADY");
-  uvtw_ticket_release(pending_ticket);
-  finish_loop(&loop, "close-inside");
 }
 
 /* ---- The threaded harness: stress and close race -------------------------- */
@@ -993,7 +729,7 @@ static void producer_run(void *arg) {
         p->rejected_closing++;
       } else {
         if (p->failures++ == 0)
-          note("%s: producer %d task %u: schedule returned %s", h->name, p->index, i, err_name(rc));
+          note("%s: producer %d task %u: schedule returned %s", h->name, p->index, i, tap_err_name_(rc));
       }
     }
     atomic_store_explicit(&p->published, i + 1, memory_order_release);
@@ -1044,10 +780,10 @@ static void canceller_run(void *arg) {
           else if (rc == UV_EALREADY)
             h->cancel_lost++;
           else if (h->cancel_bad++ == 0)
-            note("%s: cancel of producer %d task %u returned %s", h->name, p, *c, err_name(rc));
+            note("%s: cancel of producer %d task %u returned %s", h->name, p, *c, tap_err_name_(rc));
           if (after_close && rc != UV_EALREADY && h->cancel_after_close_not_already++ == 0)
             note("%s: cancel after the close callback returned %s for producer %d task %u",
-                 h->name, err_name(rc), p, *c);
+                 h->name, tap_err_name_(rc), p, *c);
           atomic_fetch_add(&task->releases, 1);
           uvtw_ticket_release(task->ticket);
           ++*c;
@@ -1076,7 +812,7 @@ static void task_cb(void *arg, int status) {
   task->status = status;
   task->ran_ns = now_ns;
   h->cb_total++;
-  if (!on_loop_thread() && h->cb_wrong_thread++ == 0)
+  if (!fx_on_loop_thread() && h->cb_wrong_thread++ == 0)
     note("%s: a task callback ran off the loop thread", h->name);
   if (atomic_load_explicit(&task->cancel_rc, memory_order_relaxed) == 0 && h->ran_after_won_cancel++ == 0)
     note("%s: producer %u task %u ran although its cancel had returned 0", h->name, task->producer,
@@ -1101,7 +837,7 @@ static void task_cb(void *arg, int status) {
   }
   if (status != 0) {
     if (h->cb_bad_status++ == 0)
-      note("%s: a task callback got status %s", h->name, err_name(status));
+      note("%s: a task callback got status %s", h->name, tap_err_name_(status));
     return;
   }
 
@@ -1148,7 +884,7 @@ static void harness_close_cb(uvtw_wheel_t *wheel, void *arg) {
   h->close_cb_runs++;
   if (h->close_mode) {
     uvtw_ticket_t *t = SENTINEL;
-    h->schedule_in_close_cb = uvtw_schedule(wheel, 0, probe_cb, &stray_probe, &t);
+    h->schedule_in_close_cb = uvtw_schedule(wheel, 0, task_probe_cb, &stray_probe, &t);
     /* The wheel pointer dies when this returns: producers must be done with it. */
     for (int p = 0; p < NPROD; p++)
       uv_thread_join(&h->prod[p].thread);
@@ -1213,15 +949,15 @@ static void close_race_poll_cb(uv_timer_t *timer) {
     h->published_at_close = published;
     harness_finish(h);
     uvtw_ticket_t *t = SENTINEL;
-    int rc = uvtw_schedule(h->wheel, 0, probe_cb, &stray_probe, &t);
-    check_rc(rc, UV_ECANCELED, "close race: a loop-thread schedule right after close is UV_ECANCELED");
+    int rc = uvtw_schedule(h->wheel, 0, task_probe_cb, &stray_probe, &t);
+    EXPECT_ERR(rc, UV_ECANCELED, "close race: a loop-thread schedule right after close is UV_ECANCELED");
     tap_ok(t == SENTINEL, "close race: ...and leaves *ticket untouched");
   }
 }
 
 static void harness_start(harness_t *h, uint32_t per_producer) {
   uv_loop_init(&h->loop);
-  if (!check_rc(uvtw_wheel_new(&h->loop, NULL, &h->wheel), 0, "harness: uvtw_wheel_new succeeds"))
+  if (!EXPECT_ERR(uvtw_wheel_new(&h->loop, NULL, &h->wheel), 0, "harness: uvtw_wheel_new succeeds"))
     exit(tap_done() | 1);
   current = h;
   for (int p = 0; p < NPROD; p++)
@@ -1233,7 +969,6 @@ static void harness_start(harness_t *h, uint32_t per_producer) {
   h->poll.data = h;
   uv_timer_start(&h->poll, h->close_mode ? close_race_poll_cb : stress_poll_cb, 1,
                  h->close_mode ? 1 : 5);
-  watchdog_fatal = 1;
   watchdog_start(&h->loop, watchdog_ns / NS_PER_MS + 30000, h->name);
   h->start_ns = uv_hrtime();
   for (int p = 0; p < NPROD; p++) {
@@ -1272,7 +1007,7 @@ static void hold_cancel_release(harness_t *h, accounting_t *a) {
       a->hold_cancels++;
       if (rc != UV_EALREADY && a->hold_not_already++ == 0)
         note("%s: producer %d task %u: cancel after its callback ran returned %s", h->name, p, i,
-             err_name(rc));
+             tap_err_name_(rc));
       atomic_fetch_add(&task->releases, 1);
       uvtw_ticket_release(task->ticket);
     }
@@ -1306,8 +1041,8 @@ static void account(harness_t *h, accounting_t *a) {
       int expected_releases = task->schedule_rc == 0 && task->kind != K_FORGET ? 1 : 0;
       if (task->callbacks < expected_calls && a->missing++ == 0)
         note("%s: producer %d task %u (%u ms, kind %d, schedule %s, cancel %s) never ran", h->name,
-             p, i, task->timeout, task->kind, err_name(task->schedule_rc),
-             cancel_rc == 1 ? "not tried" : err_name(cancel_rc));
+             p, i, task->timeout, task->kind, tap_err_name_(task->schedule_rc),
+             cancel_rc == 1 ? "not tried" : tap_err_name_(cancel_rc));
       if (expected_calls && task->callbacks > 1 && a->doubled++ == 0)
         note("%s: producer %d task %u ran %d times", h->name, p, i, task->callbacks);
       if (!expected_calls && task->callbacks > 0) {
@@ -1316,7 +1051,7 @@ static void account(harness_t *h, accounting_t *a) {
             note("%s: producer %d task %u ran although its cancel returned 0", h->name, p, i);
         } else if (a->doubled++ == 0) {
           note("%s: producer %d task %u ran although its schedule returned %s", h->name, p, i,
-               err_name(task->schedule_rc));
+               tap_err_name_(task->schedule_rc));
         }
       }
       if (task->callbacks && task->status == UV_ECANCELED)
@@ -1372,8 +1107,9 @@ static void test_stress(void) {
   memset(&a, 0, sizeof a);
   h->name = "stress";
   h->max_timeout = STRESS_MAX_TIMEOUT;
-  tap_diag("stress: %d producers x %u tasks (0..%d ms), a canceller thread on half of them",
-           NPROD, per_producer, STRESS_MAX_TIMEOUT);
+  tap_diag("stress: %d producers x %u tasks (0..%d ms, scale %.3g), a canceller thread on half "
+           "of them",
+           NPROD, per_producer, STRESS_MAX_TIMEOUT, test_scale);
   harness_start(h, per_producer);
   uv_run(&h->loop, UV_RUN_DEFAULT);
   for (int p = 0; p < NPROD; p++)
@@ -1398,14 +1134,14 @@ static void test_stress(void) {
            h->stats.cascaded);
 
   tap_ok(!h->timed_out, "stress: all callbacks came before the watchdog");
-  TAP_EQ(a.scheduled_ok, (uint64_t)NPROD * per_producer, "stress: every schedule returned 0");
+  EXPECT_U64(a.scheduled_ok, (uint64_t)NPROD * per_producer, "stress: every schedule returned 0");
   report_count(a.failures + a.touched, "stress: no schedule failed");
   report_count(h->cancel_bad, "stress: every cancel returned 0 or UV_EALREADY");
   report_count(a.missing, "stress: every task ran unless its cancel returned 0 (never neither)");
   report_count(a.ran_although_won, "stress: no task whose cancel returned 0 ever ran (never both)");
   report_count(h->ran_after_won_cancel, "stress: no callback started after its cancel had returned 0");
   report_count(a.doubled, "stress: no task ran twice");
-  TAP_EQ(h->cb_ok + h->cancel_wins, a.scheduled_ok,
+  EXPECT_U64(h->cb_ok + h->cancel_wins, a.scheduled_ok,
          "stress: callbacks with status 0 + won cancels == tasks scheduled");
   report_count(h->cb_bad_status + h->cb_canceled, "stress: every callback had status 0");
   report_count(h->cb_wrong_thread, "stress: every callback ran on the loop thread");
@@ -1424,17 +1160,17 @@ static void test_stress(void) {
     tap_skip("this run's scheduling never let a cancel race a firing",
              "stress: cancels both won and lost against firing");
 
-  TAP_EQ(h->stats.active, 0, "stress: stats.active is 0 at the end");
+  EXPECT_U64(h->stats.active, 0, "stress: stats.active is 0 at the end");
   if (!tap_ok(h->next_due == -1, "stress: next_due is -1 at the end"))
     tap_diag("  next_due = %" PRId64, h->next_due);
-  TAP_EQ(h->stats.fired, h->cb_ok, "stress: stats.fired == callbacks with status 0");
-  TAP_EQ(h->stats.stopped, h->cancel_wins, "stress: stats.stopped == cancels that returned 0");
+  EXPECT_U64(h->stats.fired, h->cb_ok, "stress: stats.fired == callbacks with status 0");
+  EXPECT_U64(h->stats.stopped, h->cancel_wins, "stress: stats.stopped == cancels that returned 0");
   if (!tap_ok(h->stats.started >= h->stats.fired && h->stats.started <= a.scheduled_ok,
               "stress: fired <= stats.started <= tasks scheduled"))
     tap_diag("  started %" PRIu64 ", fired %" PRIu64 ", scheduled %" PRIu64, h->stats.started,
              h->stats.fired, a.scheduled_ok);
   tap_ok(h->stats.remote_batches > 0, "stress: stats.remote_batches > 0 after cross-thread scheduling");
-  TAP_EQ(h->close_cb_runs, 1, "stress: the wheel closed");
+  EXPECT_U64(h->close_cb_runs, 1, "stress: the wheel closed");
   harness_free(h);
   free(h);
 }
@@ -1469,16 +1205,16 @@ static void test_close_race(void) {
            h->published_at_close, a.scheduled_ok, a.rejected, h->cb_ok, h->cb_canceled,
            h->cancel_wins, h->cancel_lost);
 
-  TAP_EQ(h->close_cb_runs, 1, "close race: the close callback ran once");
+  EXPECT_U64(h->close_cb_runs, 1, "close race: the close callback ran once");
   report_count(h->ran_after_close_cb, "close race: no task callback ran after the close callback");
-  TAP_EQ(a.rejected, NPROD * CLOSE_RESERVE,
+  EXPECT_U64(a.rejected, NPROD * CLOSE_RESERVE,
          "close race: every producer was still scheduling when the wheel closed, and was rejected");
   tap_ok(h->cb_canceled > 0, "close race: some tasks were pending at close (UV_ECANCELED callbacks)");
   report_count(a.failures, "close race: schedules returned only 0 or UV_ECANCELED");
   report_count(a.touched, "close race: UV_ECANCELED left *ticket untouched");
   report_count(a.ok_after_close, "close race: every schedule after uvtw_wheel_close returned is UV_ECANCELED");
   report_count(a.ok_after_rejection, "close race: no schedule succeeded after one was rejected");
-  check_rc(h->schedule_in_close_cb, UV_ECANCELED, "close race: schedule inside the close callback is UV_ECANCELED");
+  EXPECT_ERR(h->schedule_in_close_cb, UV_ECANCELED, "close race: schedule inside the close callback is UV_ECANCELED");
   report_count(h->cancel_bad, "close race: every cancel returned 0 or UV_EALREADY");
   report_count(h->cancel_after_close_not_already,
                "close race: cancels from another thread after the close callback are UV_EALREADY");
@@ -1498,7 +1234,14 @@ static void test_close_race(void) {
   free(h);
 }
 
-int main(void) {
+
+static const tap_case_t cases[] = {
+    TAP_CASE(argument_errors),        TAP_CASE(max_pending), TAP_CASE(loop_thread_keeps_alive),
+    TAP_CASE(next_iteration),         TAP_CASE(cancel_leaves_promptly), TAP_CASE(stress),
+    TAP_CASE(close_race),
+};
+
+int main(int argc, char **argv) {
   const char *scale = getenv("UVTW_TEST_SCALE");
   const char *wd = getenv("UVTW_TEST_WATCHDOG_S");
   if (scale && atof(scale) > 0)
@@ -1506,18 +1249,7 @@ int main(void) {
   if (wd && atof(wd) > 0)
     watchdog_ns = (uint64_t)(atof(wd) * 1e9);
   uv_mutex_init(&notes_mutex);
-  loop_thread = uv_thread_self();
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  tap_diag("uvtw %s, libuv %s, scale %.3g", uvtw_version_string(), uv_version_string(), test_scale);
-
-  test_argument_errors();
-  test_max_pending();
-  test_loop_thread_keeps_alive();
-  test_next_iteration();
-  test_cancel_leaves_promptly();
-  test_close();
-  test_stress();
-  test_close_race();
+  int status = fx_main(argc, argv, cases, sizeof cases / sizeof cases[0]);
   flush_notes();
-  return tap_done();
+  return status;
 }

@@ -1,0 +1,689 @@
+/* A wheel timer against a uv_timer_t twin on the same loop and the same
+ * libuv, decided at run time (guarantee 2 of ../shared/spec/API.md): every
+ * wheel timer has a uv_timer_t started at the same moment with the same
+ * timeout, and both record the loop iteration they ran in (the fixture's
+ * uv_prepare_t counter). Whatever libuv's timer phase does on the version
+ * the test runs on, the twins must agree. The one documented exception: an
+ * entry made due from inside a wheel callback runs in the next iteration,
+ * so starts from a wheel callback use timeouts > 0 here. */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+
+/* ---- Same loop iteration as uv_timer_t, order, never early --------------- */
+
+typedef struct pair_s {
+  uvtw_timer_t w;
+  uv_timer_t u;
+  uint64_t timeout;
+  uint64_t deadline; /* uv_now() at the latest start + timeout */
+  uint64_t seq;      /* order of the latest start among all starts */
+  uint64_t w_iter, u_iter, w_now;
+  int w_fires, u_fires;
+  unsigned block_w_ms, block_u_ms; /* sleep this long inside the callback */
+  int stopped;
+} pair_t;
+
+static struct {
+  uv_loop_t *loop;
+  uvtw_wheel_t *wheel;
+  pair_t *pairs;
+  size_t used, cap;
+  size_t *order; /* pair index of each wheel callback, in the order they ran */
+  size_t norder, order_cap;
+  uint64_t next_seq;
+  uint64_t starts, stops; /* successful wheel starts; stops and restarts of active timers */
+  int start_failures;
+  int last_start_error;
+  /* staggered driver */
+  uv_timer_t driver;
+  int step, steps;
+  uint64_t t0;
+} eq;
+
+static void eq_w_cb(uvtw_timer_t *timer) {
+  pair_t *p = timer->data;
+  p->w_fires++;
+  p->w_iter = g_fx->iter;
+  p->w_now = uv_now(eq.loop);
+  if (eq.norder < eq.order_cap)
+    eq.order[eq.norder++] = (size_t)(p - eq.pairs);
+  if (p->block_w_ms)
+    fx_sleep_ms(p->block_w_ms);
+}
+
+static void eq_u_cb(uv_timer_t *handle) {
+  pair_t *p = handle->data;
+  p->u_fires++;
+  p->u_iter = g_fx->iter;
+  if (p->block_u_ms)
+    fx_sleep_ms(p->block_u_ms);
+}
+
+static void eq_reset(uv_loop_t *loop, uvtw_wheel_t *wheel, size_t cap) {
+  memset(&eq, 0, sizeof eq);
+  eq.loop = loop;
+  eq.wheel = wheel;
+  eq.cap = cap;
+  eq.pairs = calloc(cap, sizeof *eq.pairs);
+  eq.order_cap = 2 * cap;
+  eq.order = calloc(eq.order_cap, sizeof *eq.order);
+  if (!eq.pairs || !eq.order) {
+    printf("Bail out! out of memory\n");
+    exit(1);
+  }
+}
+
+static pair_t *eq_new_pair(void) {
+  pair_t *p;
+  if (eq.used == eq.cap)
+    return NULL;
+  p = &eq.pairs[eq.used++];
+  uvtw_timer_init(eq.wheel, &p->w);
+  p->w.data = p;
+  uv_timer_init(eq.loop, &p->u);
+  p->u.data = p;
+  return p;
+}
+
+/* Starts (or restarts) the wheel timer and its uv_timer_t twin at the same
+ * moment with the same timeout. */
+static void eq_start(pair_t *p, uint64_t timeout) {
+  int active = uvtw_timer_is_active(&p->w);
+  int r = uvtw_timer_start(&p->w, eq_w_cb, timeout, 0);
+  uv_timer_start(&p->u, eq_u_cb, timeout, 0);
+  if (r != 0) {
+    eq.start_failures++;
+    eq.last_start_error = r;
+    return;
+  }
+  if (active)
+    eq.stops++;
+  eq.starts++;
+  p->timeout = timeout;
+  p->deadline = uv_now(eq.loop) + timeout;
+  p->seq = eq.next_seq++;
+}
+
+static void eq_stop(pair_t *p) {
+  if (uvtw_timer_is_active(&p->w))
+    eq.stops++;
+  uvtw_timer_stop(&p->w);
+  uv_timer_stop(&p->u);
+  p->stopped = 1;
+}
+
+static int eq_before(const pair_t *a, const pair_t *b) {
+  return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
+}
+
+/* Checks everything the pairs recorded; returns the largest lateness seen. */
+static uint64_t eq_verify(const char *test) {
+  size_t bad_fires = 0, bad_iter = 0, early = 0, bad_order = 0, compared = 0;
+  uint64_t late_max = 0;
+
+  if (!tap_ok(eq.start_failures == 0, "%s: every uvtw_timer_start returned 0", test))
+    tap_diag("  expected 0 failures, got %d (last %s)", eq.start_failures,
+             tap_err_name_(eq.last_start_error));
+  for (size_t i = 0; i < eq.used; i++) {
+    pair_t *p = &eq.pairs[i];
+    int want = p->stopped ? 0 : 1;
+    if (p->w_fires != want || p->u_fires != want) {
+      if (bad_fires++ < 5)
+        tap_diag("  timer %zu (timeout %" PRIu64 ", %s): wheel timer ran %d times, its "
+                 "uv_timer_t twin %d times, expected %d each",
+                 i, p->timeout, p->stopped ? "stopped" : "not stopped", p->w_fires, p->u_fires,
+                 want);
+    }
+    if (p->w_fires >= 1 && p->u_fires >= 1) {
+      compared++;
+      if (p->w_iter != p->u_iter && bad_iter++ < 5)
+        tap_diag("  timer %zu (timeout %" PRIu64 ", deadline %" PRIu64 "): wheel timer ran in "
+                 "loop iteration %" PRIu64 ", its uv_timer_t twin in iteration %" PRIu64,
+                 i, p->timeout, p->deadline, p->w_iter, p->u_iter);
+    }
+    if (p->w_fires >= 1) {
+      if (p->w_now < p->deadline) {
+        if (early++ < 5)
+          tap_diag("  timer %zu ran at uv_now %" PRIu64 ", before its deadline %" PRIu64, i,
+                   p->w_now, p->deadline);
+      } else if (p->w_now - p->deadline > late_max) {
+        late_max = p->w_now - p->deadline;
+      }
+    }
+  }
+  for (size_t k = 1; k < eq.norder; k++) {
+    const pair_t *a = &eq.pairs[eq.order[k - 1]];
+    const pair_t *b = &eq.pairs[eq.order[k]];
+    if (eq_before(b, a) && bad_order++ < 5)
+      tap_diag("  callback %zu ran timer %zu (deadline %" PRIu64 ", start #%" PRIu64
+               ") after timer %zu (deadline %" PRIu64 ", start #%" PRIu64 ")",
+               k, eq.order[k], b->deadline, b->seq, eq.order[k - 1], a->deadline, a->seq);
+  }
+  if (!tap_ok(bad_fires == 0,
+              "%s: every started wheel timer (and uv_timer_t twin) ran exactly once, every stopped "
+              "one never",
+              test))
+    tap_diag("  expected 0 timers with a wrong number of callbacks, got %zu of %zu", bad_fires,
+             eq.used);
+  if (!tap_ok(bad_iter == 0 && compared > 0,
+              "%s: each wheel timer ran in the same loop iteration as its uv_timer_t twin", test))
+    tap_diag("  expected 0 of %zu to differ, got %zu", compared, bad_iter);
+  if (!tap_ok(early == 0, "%s: no wheel callback ran with uv_now() below its deadline", test))
+    tap_diag("  expected 0 early callbacks, got %zu", early);
+  if (!tap_ok(bad_order == 0,
+              "%s: callbacks ran in nondecreasing deadline order, equal deadlines in start order",
+              test))
+    tap_diag("  expected 0 out-of-order callbacks, got %zu of %zu", bad_order, eq.norder);
+  return late_max;
+}
+
+static void eq_close_twins(void) {
+  for (size_t i = 0; i < eq.used; i++)
+    fx_close_handle(&eq.pairs[i].u);
+}
+
+static void eq_free(void) {
+  free(eq.pairs);
+  free(eq.order);
+  eq.pairs = NULL;
+  eq.order = NULL;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static size_t eq_distinct_deadlines(void) {
+  uint64_t *d = malloc((eq.used + 1) * sizeof *d);
+  size_t n = 0, distinct = 0;
+  if (!d)
+    return 0;
+  for (size_t i = 0; i < eq.used; i++)
+    if (!eq.pairs[i].stopped)
+      d[n++] = eq.pairs[i].deadline;
+  qsort(d, n, sizeof *d, cmp_u64);
+  for (size_t i = 0; i < n; i++)
+    if (i == 0 || d[i] != d[i - 1])
+      distinct++;
+  free(d);
+  return distinct;
+}
+
+/* With nothing stopped: no wasted wakeups, and at least one wakeup but no
+ * more than one per distinct deadline. Returns the wheel's stats. */
+static uvtw_stats_t eq_check_wakeups(const uvtw_wheel_t *wheel, const char *T, const char *why) {
+  uvtw_stats_t s = fx_stats(wheel);
+  size_t distinct = eq_distinct_deadlines();
+  EXPECT_U64(s.wasted_wakeups, 0, "%s: no wasted wakeups when nothing was stopped", T);
+  if (!tap_ok(s.wakeups >= 1 && s.wakeups <= distinct, "%s: %s", T, why))
+    tap_diag("  expected 1..%zu wakeups, got %" PRIu64, distinct, s.wakeups);
+  return s;
+}
+
+/* Closes the twins, the wheel and the loop of an eq_* test. */
+static void eq_finish(fx_t *f) {
+  eq_close_twins();
+  fx_close(f);
+  eq_free();
+}
+
+enum { STATIC_PAIRS = 3000 };
+
+/* Thousands of timers started together, many with equal timeouts; one
+ * uv_timer_t callback and one wheel callback block the loop, so that many
+ * deadlines are overdue when it wakes. No stops: so no wasted wakeups. */
+static void test_twin_thousands(void) {
+  const char *T = "same iteration as uv_timer_t";
+  fx_t f;
+  uvtw_wheel_t *wheel;
+  uvtw_stats_t s;
+  uint64_t late_max;
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  wheel = f.wheel;
+  eq_reset(&f.loop, wheel, STATIC_PAIRS);
+  for (size_t i = 0; i < STATIC_PAIRS; i++) {
+    pair_t *p = eq_new_pair();
+    uint64_t kind = fx_rng_below(10);
+    uint64_t timeout = kind == 0 ? 0 : kind < 7 ? fx_rng_below(60) * 5 : fx_rng_below(400);
+    if (i == 0) { /* a uv_timer_t callback blocks the loop at 60 ms */
+      timeout = 60;
+      p->block_u_ms = 70;
+    }
+    if (i == STATIC_PAIRS / 2) { /* a wheel callback blocks it at 150 ms */
+      timeout = 150;
+      p->block_w_ms = 80;
+    }
+    eq_start(p, timeout);
+  }
+  EXPECT_U64(fx_stats(wheel).active, STATIC_PAIRS, "%s: stats.active counts every armed timer", T);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+
+  late_max = eq_verify(T);
+  if (!tap_ok(late_max >= 50, "%s: the blocked callbacks left timers overdue (test precondition)",
+              T))
+    tap_diag("  expected some callback >= 50 ms late, the latest was %" PRIu64 " ms", late_max);
+  fx_expect_counts(wheel, 0, eq.starts, eq.stops, eq.starts, "after thousands of one-shot timers ran");
+  s = eq_check_wakeups(wheel, T,
+                       "the wheel woke only for due callbacks (1 <= wakeups <= distinct deadlines)");
+  EXPECT_U64(s.late_max_ms, late_max,
+            "%s: stats.late_max_ms is the largest uv_now() - deadline seen", T);
+  eq_finish(&f);
+}
+
+enum {
+  STAGGER_STEPS = 40,
+  STAGGER_NEW = 30,
+  STAGGER_RESTARTS = 6,
+  STAGGER_STOPS = 3,
+  STAGGER_STOP_STARTS = 4
+};
+
+/* Absolute deadlines (ms after the test began) that timers started at
+ * different times aim at, so that equal deadlines arrive through different
+ * timeouts and so through different levels of the wheel. */
+static const uint64_t stagger_targets[] = {64, 90, 128, 192, 200, 257, 300};
+
+static uint64_t stagger_timeout(uint64_t now) {
+  uint64_t target;
+  if (fx_rng_below(3) == 0)
+    return fx_rng_below(70);
+  target = eq.t0 + stagger_targets[fx_rng_below(sizeof stagger_targets / sizeof stagger_targets[0])];
+  return target > now ? target - now : 0;
+}
+
+/* A timer that neither ran nor was stopped, and whose twin has not run yet
+ * (deadline in the future), so that touching both keeps them in step. */
+static pair_t *stagger_pick_pending(uint64_t now) {
+  for (int tries = 0; tries < 20 && eq.used > 0; tries++) {
+    pair_t *p = &eq.pairs[fx_rng_below(eq.used)];
+    if (!p->stopped && p->deadline > now && p->w_fires == 0 && uvtw_timer_is_active(&p->w))
+      return p;
+  }
+  return NULL;
+}
+
+static void stagger_step(uv_timer_t *handle) {
+  uint64_t now = uv_now(eq.loop);
+  for (int k = 0; k < STAGGER_NEW; k++) {
+    pair_t *p = eq_new_pair();
+    if (p)
+      eq_start(p, stagger_timeout(now));
+  }
+  for (int k = 0; k < STAGGER_RESTARTS; k++) {
+    pair_t *p = stagger_pick_pending(now);
+    if (p)
+      eq_start(p, stagger_timeout(now));
+  }
+  for (int k = 0; k < STAGGER_STOPS; k++) {
+    pair_t *p = stagger_pick_pending(now);
+    if (p)
+      eq_stop(p);
+  }
+  for (int k = 0; k < STAGGER_STOP_STARTS; k++) { /* a stop, then at once a start */
+    pair_t *p = stagger_pick_pending(now);
+    if (p) {
+      eq_stop(p);
+      p->stopped = 0;
+      eq_start(p, stagger_timeout(now));
+    }
+  }
+  if (eq.step == STAGGER_STEPS / 2)
+    fx_sleep_ms(60);
+  if (++eq.step == eq.steps)
+    uv_timer_stop(handle);
+}
+
+/* Timers started, restarted, stopped, and stopped and started again at
+ * once, at many different moments (from a uv_timer_t callback), each with
+ * a uv_timer_t twin treated the same way. */
+static void test_twin_staggered(void) {
+  const char *T = "staggered starts, restarts and stops";
+  fx_t f;
+  uvtw_wheel_t *wheel;
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  wheel = f.wheel;
+  eq_reset(&f.loop, wheel, STAGGER_STEPS * STAGGER_NEW);
+  eq.steps = STAGGER_STEPS;
+  eq.t0 = uv_now(&f.loop);
+  uv_timer_init(&f.loop, &eq.driver);
+  uv_timer_start(&eq.driver, stagger_step, 1, 5);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+
+  eq_verify(T);
+  fx_expect_counts(wheel, 0, eq.starts, eq.stops, eq.starts - eq.stops,
+                "after staggered starts, restarts and stops");
+  fx_close_handle(&eq.driver);
+  eq_finish(&f);
+}
+
+enum { LEVEL_TIMERS = 400 };
+
+/* Timeouts from 1 ms to ~1.1 s cross several level boundaries of a 64-slot
+ * wheel; moving them between levels must not cost wakeups of its own. */
+static void test_twin_across_levels(void) {
+  const char *T = "no wasted wakeups across levels";
+  fx_t f;
+  uvtw_wheel_t *wheel;
+  uvtw_stats_t s;
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  wheel = f.wheel;
+  eq_reset(&f.loop, wheel, LEVEL_TIMERS);
+  for (size_t i = 0; i < LEVEL_TIMERS; i++) {
+    pair_t *p = eq_new_pair();
+    uint64_t kind = fx_rng_below(4);
+    uint64_t timeout = kind == 0   ? 1 + fx_rng_below(64)
+                       : kind == 1 ? 64 * (1 + fx_rng_below(16)) + fx_rng_below(3)
+                                   : 1 + fx_rng_below(1100);
+    eq_start(p, timeout);
+  }
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  eq_verify(T);
+  s = eq_check_wakeups(wheel, T, "at most one wakeup per distinct deadline (cascades cost none)");
+  tap_diag("%s: %" PRIu64 " wakeups for %zu deadlines, %" PRIu64 " cascaded", T, s.wakeups,
+           eq_distinct_deadlines(), s.cascaded);
+  fx_expect_counts(wheel, 0, LEVEL_TIMERS, 0, LEVEL_TIMERS, "after timers across levels ran");
+  eq_finish(&f);
+}
+
+
+/* ---- Twins started from each kind of callback (issue 16) ------------------- */
+
+/* Where the pairs are started from. */
+typedef enum { FROM_TOP, FROM_TIMER_CB, FROM_CHECK_CB, FROM_IDLE_CB, FROM_WHEEL_CB } start_from_t;
+
+static const char *const from_name[] = {"top level", "a uv_timer_t callback",
+                                        "a uv_check_t callback", "a uv_idle_t callback",
+                                        "a wheel callback"};
+
+/* The timeouts every context starts, twice each so that equal deadlines
+ * meet; a wheel callback skips 0 (the documented exception). */
+static const uint64_t ctx_timeouts[] = {0, 0, 1, 2, 1, 3, 5, 2, 10, 17, 64, 65};
+enum { CTX_TIMEOUTS = sizeof ctx_timeouts / sizeof ctx_timeouts[0], CTX_ROUNDS = 3 };
+
+static struct {
+  start_from_t from;
+  int rounds;
+  uv_timer_t timer;
+  uv_check_t check;
+  uv_idle_t idle;
+  uvtw_timer_t wheel_timer;
+  uv_timer_t waker; /* a check callback runs only after poll returns */
+  uint64_t iter_of_last_round;
+} ctx;
+
+static void noop_uv_timer_cb(uv_timer_t *handle) {
+  (void)handle;
+}
+
+/* One round: a pair per timeout, each pair started at this moment. */
+static void ctx_start_round(void) {
+  for (size_t i = 0; i < CTX_TIMEOUTS; i++) {
+    if (ctx.from == FROM_WHEEL_CB && ctx_timeouts[i] == 0)
+      continue;
+    pair_t *p = eq_new_pair();
+    if (p != NULL)
+      eq_start(p, ctx_timeouts[i]);
+  }
+  ctx.rounds++;
+  ctx.iter_of_last_round = g_fx->iter;
+}
+
+static void ctx_timer_cb(uv_timer_t *handle) {
+  ctx_start_round();
+  if (ctx.rounds == CTX_ROUNDS)
+    uv_timer_stop(handle);
+}
+
+/* The check and idle contexts start a round every third iteration, so that
+ * pairs of a round are pending while the next one starts. */
+static void ctx_check_cb(uv_check_t *handle) {
+  if (ctx.rounds > 0 && g_fx->iter < ctx.iter_of_last_round + 3)
+    return;
+  ctx_start_round();
+  if (ctx.rounds == CTX_ROUNDS) {
+    uv_check_stop(handle);
+    uv_timer_stop(&ctx.waker);
+  }
+}
+
+static void ctx_idle_cb(uv_idle_t *handle) {
+  if (ctx.rounds > 0 && g_fx->iter < ctx.iter_of_last_round + 3)
+    return;
+  ctx_start_round();
+  if (ctx.rounds == CTX_ROUNDS)
+    uv_idle_stop(handle);
+}
+
+static void ctx_wheel_cb(uvtw_timer_t *timer) {
+  ctx_start_round();
+  if (ctx.rounds == CTX_ROUNDS)
+    uvtw_timer_stop(timer);
+}
+
+static void twin_from(start_from_t from, const char *T) {
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(&ctx, 0, sizeof ctx);
+  ctx.from = from;
+  eq_reset(&f.loop, f.wheel, CTX_ROUNDS * CTX_TIMEOUTS);
+  uv_timer_init(&f.loop, &ctx.timer);
+  uv_check_init(&f.loop, &ctx.check);
+  uv_idle_init(&f.loop, &ctx.idle);
+  uv_timer_init(&f.loop, &ctx.waker);
+  uvtw_timer_init(f.wheel, &ctx.wheel_timer);
+  switch (from) {
+  case FROM_TOP:
+    for (int r = 0; r < CTX_ROUNDS; r++)
+      ctx_start_round();
+    break;
+  case FROM_TIMER_CB:
+    uv_timer_start(&ctx.timer, ctx_timer_cb, 3, 4);
+    break;
+  case FROM_CHECK_CB:
+    uv_check_start(&ctx.check, ctx_check_cb);
+    uv_timer_start(&ctx.waker, noop_uv_timer_cb, 1, 1);
+    break;
+  case FROM_IDLE_CB:
+    uv_idle_start(&ctx.idle, ctx_idle_cb);
+    break;
+  case FROM_WHEEL_CB:
+    uvtw_timer_start(&ctx.wheel_timer, ctx_wheel_cb, 3, 4);
+    break;
+  }
+  EXPECT_I64(uv_run(&f.loop, UV_RUN_DEFAULT), 0,
+             "%s: uv_run(DEFAULT) returns 0 once every timer ran", T);
+  EXPECT_U64(ctx.rounds, CTX_ROUNDS, "%s: every round of starts was made from %s", T,
+             from_name[from]);
+  eq_verify(T);
+  fx_close_handle(&ctx.timer);
+  fx_close_handle(&ctx.check);
+  fx_close_handle(&ctx.idle);
+  fx_close_handle(&ctx.waker);
+  eq_finish(&f);
+}
+
+static void test_twin_from_top(void) {
+  twin_from(FROM_TOP, "twins started from the top level");
+}
+
+static void test_twin_from_timer_cb(void) {
+  twin_from(FROM_TIMER_CB, "twins started from a uv_timer_t callback");
+}
+
+static void test_twin_from_check_cb(void) {
+  twin_from(FROM_CHECK_CB, "twins started from a uv_check_t callback");
+}
+
+static void test_twin_from_idle_cb(void) {
+  twin_from(FROM_IDLE_CB, "twins started from a uv_idle_t callback");
+}
+
+static void test_twin_from_wheel_cb(void) {
+  twin_from(FROM_WHEEL_CB, "twins started from a wheel callback (timeouts > 0)");
+}
+
+/* ---- Self-restarting 0 ms timers, started from each context (issue 16) ---- */
+
+enum { SELF_ROUNDS = 50 };
+
+static struct {
+  start_from_t from;
+  uvtw_timer_t timer;
+  uv_timer_t starter;
+  uv_check_t check_starter;
+  uv_idle_t idle_starter;
+  uvtw_timer_t wheel_starter;
+  uv_timer_t waker;   /* a check callback runs only after poll returns */
+  uv_check_t counter; /* unreferenced: counts check phases */
+  uint64_t checks;
+  int fires, started, restart_errors;
+  uint64_t last_iter, last_checks;
+  int same_iteration, gaps, no_check_between;
+  int run_returned; /* uv_run(DEFAULT) has returned */
+  int fired_after_return;
+} sr;
+
+static void sr_counter_cb(uv_check_t *handle) {
+  (void)handle;
+  sr.checks++;
+}
+
+static void sr_cb(uvtw_timer_t *timer) {
+  if (sr.run_returned)
+    sr.fired_after_return++;
+  if (sr.fires > 0) {
+    if (g_fx->iter == sr.last_iter)
+      sr.same_iteration++;
+    else if (g_fx->iter != sr.last_iter + 1)
+      sr.gaps++;
+    if (sr.checks == sr.last_checks)
+      sr.no_check_between++;
+  }
+  sr.fires++;
+  sr.last_iter = g_fx->iter;
+  sr.last_checks = sr.checks;
+  if (sr.fires < SELF_ROUNDS && uvtw_timer_start(timer, sr_cb, 0, 0) != 0)
+    sr.restart_errors++;
+}
+
+static void sr_begin(void) {
+  if (sr.started++ == 0 && uvtw_timer_start(&sr.timer, sr_cb, 0, 0) != 0)
+    sr.restart_errors++;
+}
+
+static void sr_starter_cb(uv_timer_t *handle) {
+  sr_begin();
+  uv_timer_stop(handle);
+}
+
+static void sr_check_starter_cb(uv_check_t *handle) {
+  sr_begin();
+  uv_check_stop(handle);
+}
+
+static void sr_idle_starter_cb(uv_idle_t *handle) {
+  sr_begin();
+  uv_idle_stop(handle);
+}
+
+static void sr_wheel_starter_cb(uvtw_timer_t *timer) {
+  (void)timer;
+  sr_begin();
+}
+
+static void self_restart_from(start_from_t from, const char *T) {
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(&sr, 0, sizeof sr);
+  sr.from = from;
+  uvtw_timer_init(f.wheel, &sr.timer);
+  uv_timer_init(&f.loop, &sr.starter);
+  uv_check_init(&f.loop, &sr.check_starter);
+  uv_idle_init(&f.loop, &sr.idle_starter);
+  uvtw_timer_init(f.wheel, &sr.wheel_starter);
+  uv_timer_init(&f.loop, &sr.waker);
+  uv_check_init(&f.loop, &sr.counter);
+  uv_check_start(&sr.counter, sr_counter_cb);
+  uv_unref((uv_handle_t *)&sr.counter);
+  switch (from) {
+  case FROM_TOP:
+  case FROM_TIMER_CB:
+    uv_timer_start(&sr.starter, sr_starter_cb, 2, 0);
+    break;
+  case FROM_CHECK_CB:
+    uv_check_start(&sr.check_starter, sr_check_starter_cb);
+    uv_timer_start(&sr.waker, noop_uv_timer_cb, 2, 0);
+    break;
+  case FROM_IDLE_CB:
+    uv_idle_start(&sr.idle_starter, sr_idle_starter_cb);
+    break;
+  case FROM_WHEEL_CB:
+    uvtw_timer_start(&sr.wheel_starter, sr_wheel_starter_cb, 2, 0);
+    break;
+  }
+  int r = uv_run(&f.loop, UV_RUN_DEFAULT);
+  sr.run_returned = 1;
+  EXPECT_I64(r, 0, "%s: uv_run(DEFAULT) returns 0", T);
+  EXPECT_U64(sr.fires, SELF_ROUNDS,
+             "%s: all %d rounds fired before uv_run(DEFAULT) returned", T, SELF_ROUNDS);
+  EXPECT_U64(uvtw_timer_is_active(&sr.timer), 0, "%s: the timer is inactive after the last round",
+             T);
+  EXPECT_U64(sr.restart_errors, 0, "%s: every start returned 0", T);
+  EXPECT_U64(sr.same_iteration, 0, "%s: never two rounds in one loop iteration", T);
+  EXPECT_U64(sr.gaps, 0, "%s: each round runs in the very next loop iteration", T);
+  EXPECT_U64(sr.no_check_between, 0,
+             "%s: the loop does not starve: a uv_check_t ran between any two rounds", T);
+  uv_run(&f.loop, UV_RUN_NOWAIT);
+  EXPECT_U64(sr.fired_after_return, 0, "%s: nothing fired after uv_run returned", T);
+  fx_close_handle(&sr.starter);
+  fx_close_handle(&sr.check_starter);
+  fx_close_handle(&sr.idle_starter);
+  fx_close_handle(&sr.counter);
+  fx_close_handle(&sr.waker);
+  fx_close(&f);
+}
+
+static void test_self_restart_from_timer_cb(void) {
+  self_restart_from(FROM_TIMER_CB, "0 ms self-restart started from a uv_timer_t callback");
+}
+
+static void test_self_restart_from_check_cb(void) {
+  self_restart_from(FROM_CHECK_CB, "0 ms self-restart started from a uv_check_t callback");
+}
+
+static void test_self_restart_from_idle_cb(void) {
+  self_restart_from(FROM_IDLE_CB, "0 ms self-restart started from a uv_idle_t callback");
+}
+
+static void test_self_restart_from_wheel_cb(void) {
+  self_restart_from(FROM_WHEEL_CB, "0 ms self-restart started from a wheel callback");
+}
+
+static const tap_case_t cases[] = {
+    TAP_CASE(twin_thousands),
+    TAP_CASE(twin_staggered),
+    TAP_CASE(twin_across_levels),
+    TAP_CASE(twin_from_top),
+    TAP_CASE(twin_from_timer_cb),
+    TAP_CASE(twin_from_check_cb),
+    TAP_CASE(twin_from_idle_cb),
+    TAP_CASE(twin_from_wheel_cb),
+    TAP_CASE(self_restart_from_timer_cb),
+    TAP_CASE(self_restart_from_check_cb),
+    TAP_CASE(self_restart_from_idle_cb),
+    TAP_CASE(self_restart_from_wheel_cb),
+};
+
+FX_MAIN(cases)

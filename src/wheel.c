@@ -217,7 +217,7 @@ uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w) {
 static const char *check_links(const wheel_node_t *head, uint64_t *count) {
   const wheel_node_t *node = head;
   do {
-    if (node->next == NULL || node->prev == NULL)
+    if (node->next == NULL || node->prev == NULL || node->next->prev == NULL)
       return "a linked node has a NULL link";
     if (node->next->prev != node)
       return "a node's next does not point back to it";

@@ -1,20 +1,31 @@
 /* uvtw: a hierarchical timing wheel for libuv loops.
  *
- * One wheel per loop holds any number of timers in O(1) per operation. The
- * wheel owns one uv_timer_t, armed only to the earliest due deadline (stopped
- * when nothing is pending, so an idle wheel never wakes the loop), and one
- * uv_async_t through which other threads hand it tasks.
+ * One wheel per loop holds any number of timers, each start, stop and
+ * restart O(1). The wheel owns one uv_timer_t, armed to the earliest pending
+ * deadline only (stopped when nothing is pending, so an idle wheel never
+ * wakes the loop), and one uv_async_t through which other threads hand it
+ * tasks. Callbacks always run on the loop's thread.
  *
  * Threads: every function here must be called on the thread that runs the
  * wheel's loop, except uvtw_schedule, uvtw_ticket_cancel, uvtw_ticket_release
- * and uvtw_version_string, which may be called from any thread.
+ * and uvtw_version_string, which any thread may call.
  *
- * Errors are negative libuv error codes (UV_EINVAL, ...); 0 is success. A call
- * that fails changes nothing.
+ * Errors are negative libuv error codes (UV_EINVAL, ...); 0 is success. A
+ * call that fails changes nothing.
  *
  * Time is milliseconds on the loop's clock (uv_now()), exactly as for
- * uv_timer_t, so a wheel timer and a uv_timer_t started at the same moment
- * with the same timeout fire in the same loop iteration.
+ * uv_timer_t: a wheel timer and a uv_timer_t started at the same moment with
+ * the same timeout fire in the same loop iteration, on every libuv from 1.44
+ * on. Guarantees, for every callback:
+ *   - never early: it runs only once the clock has reached its deadline;
+ *   - order: callbacks run in deadline order, equal deadlines in the order
+ *     the timers were started (tasks: in call order per calling thread);
+ *   - one pass at a time: an entry made due from inside a wheel callback
+ *     (a timer started with timeout 0, say) runs in the next loop iteration,
+ *     never in the same pass, so a callback that keeps restarting itself
+ *     with 0 cannot starve the loop;
+ *   - exactly once: a stopped timer or a cancelled task never runs after
+ *     the stop or the cancel.
  */
 #ifndef UVTW_H
 #define UVTW_H
@@ -33,7 +44,7 @@ extern "C" {
 #endif
 
 #define UVTW_VERSION_MAJOR 0
-#define UVTW_VERSION_MINOR 1
+#define UVTW_VERSION_MINOR 2
 #define UVTW_VERSION_PATCH 0
 
 typedef struct uvtw_wheel_s uvtw_wheel_t;
@@ -47,12 +58,17 @@ typedef void (*uvtw_close_cb)(uvtw_wheel_t *wheel, void *arg);
 
 typedef struct uvtw_options_s {
   /* 0 or 1: 1 ms, exact. Larger: every deadline is rounded UP to a multiple
-   * of tick_ms of the loop clock (absolute uv_now() values, re-arms
-   * included); a deadline already on a multiple stays. */
+   * of tick_ms of the wheel's clock (absolute values, re-arms included); a
+   * deadline already on a multiple stays. Fewer distinct deadlines, fewer
+   * wakeups, at the price of firing up to tick_ms - 1 ms later. */
   uint32_t tick_ms;
   /* 0: unlimited. Else at most this many tasks from uvtw_schedule may be
    * pending (queued or in the wheel) at once; past it UV_ENOBUFS. */
   uint32_t max_pending;
+  /* 0: the loop's clock. 1: the wheel's own clock, which starts at
+   * uv_now(loop) and moves only with uvtw_wheel_advance and
+   * uvtw_wheel_advance_next (for tests: see "Manual clock" below). */
+  uint32_t manual_clock;
 } uvtw_options_t;
 
 typedef struct uvtw_stats_s {
@@ -60,157 +76,203 @@ typedef struct uvtw_stats_s {
   uint64_t started;        /* starts, arming again() calls, repeat re-arms, tasks taken in */
   uint64_t stopped;        /* stops of active timers (a restart counts one) + won cancels */
   uint64_t fired;          /* callbacks run with status 0 */
-  uint64_t cascaded;       /* entries moved from a coarser level to a finer one */
+  uint64_t cascaded;       /* entries moved from a coarser level of the wheel to a finer one */
   uint64_t wakeups;        /* times the wheel's uv_timer_t fired */
   uint64_t wasted_wakeups; /* of those, wakeups that ran no callback */
   uint64_t remote_batches; /* times the uv_async_t drained the cross-thread queue */
-  uint64_t late_max_ms;    /* largest uv_now() - deadline seen at a callback */
+  uint64_t late_max_ms;    /* largest clock - deadline seen at a callback */
 } uvtw_stats_t;
 
-/* Private: the wheel's intrusive list node. Do not touch. */
-struct uvtw__entry_s {
-  struct uvtw__entry_s *next; /* NULL while the timer is inactive */
-  struct uvtw__entry_s *prev;
-  uint64_t deadline;          /* absolute, in ticks of the wheel */
-  uint64_t tag;               /* low 16 bits: the wheel's id; the rest: start order */
-};
-
 /* A loop-thread timer, allocated by the caller (embed it anywhere). Only
- * `data` is for the caller; the rest is private. 56 bytes on 64-bit targets
- * (a uv_timer_t is 152). An inactive timer holds nothing: its memory may be
- * freed or reused at any time, except inside its own callback. */
+ * `data` is for the caller; the other fields are private. 64 bytes on 64-bit
+ * targets (a uv_timer_t is 152). An inactive timer holds nothing: its memory
+ * may be freed or reused at any time, except inside its own callback. */
 struct uvtw_timer_s {
   void *data;
-  struct uvtw__entry_s entry_;
-  uvtw_timer_cb cb_;          /* NULL until the first successful start */
+  struct {
+    void *link_[2];
+    uint64_t deadline_;
+  } node_;
+  uvtw_wheel_t *wheel_;
+  uvtw_timer_cb cb_;
   uint64_t repeat_;
+  uint32_t flags_;
 };
 
 /* ---- The wheel (loop thread only) ------------------------------------- */
 
-/* Creates a wheel on `loop` (opts NULL: tick 1 ms, no task limit) and stores
- * it in *out. Initializes one uv_timer_t and one (unreferenced) uv_async_t on
- * the loop. The calling thread must be the loop's thread.
- * Errors: loop or out NULL -> UV_EINVAL; no memory, or 65535 wheels already
- * open in the process (a timer names its wheel by a 16-bit id) ->
- * UV_ENOMEM; or the error of uv_async_init. Cost: two allocations, about
- * 215 KiB in all (mostly the 4096 one-tick slots of the wheel's ring, 32
- * bytes each, and 64 KiB of entry addresses kept for prefetching before
- * slots fire). */
+/* Creates a wheel on `loop` (opts NULL: tick 1 ms, no task limit, the loop's
+ * clock) and stores it in *out. Initializes one uv_timer_t and one
+ * unreferenced uv_async_t on the loop, so uv_walk sees them and a loop with
+ * an open wheel cannot be closed with uv_loop_close until the wheel is.
+ * Errors: loop or out NULL, or manual_clock other than 0 or 1 -> UV_EINVAL;
+ * no memory -> UV_ENOMEM; or the error of uv_async_init. Cost: one
+ * allocation of about 24 KiB, plus a small one shared with tickets. */
 UVTW_EXTERN int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **out);
 
 /* Closes the wheel. Pending timers become inactive and never fire. Every
  * pending task's callback runs once with UV_ECANCELED, on the loop thread,
- * before `cb` (tasks whose cancel returned 0 never run). Both handles are
- * closed and cb(wheel, arg) runs once they are; the wheel pointer is valid
- * until cb returns and must not be used afterwards. From uvtw_wheel_close on,
- * starts and schedules get UV_ECANCELED. Allowed inside any wheel callback.
- * A second call is ignored. Cost: O(pending entries). `cb` may be NULL. */
+ * inside this call (tasks whose cancel returned 0 never run). Both handles
+ * are then closed, and cb(wheel, arg) runs once they are, from the loop; the
+ * wheel pointer is valid until cb returns and must not be used afterwards.
+ * From this call on, starts and schedules get UV_ECANCELED; stops, cancels
+ * and releases still work. Allowed inside any wheel callback. A second call
+ * is ignored. `cb` may be NULL. Cost: O(pending entries). */
 UVTW_EXTERN void uvtw_wheel_close(uvtw_wheel_t *wheel, uvtw_close_cb cb, void *arg);
 
 /* The loop the wheel runs on. O(1). */
 UVTW_EXTERN uv_loop_t *uvtw_wheel_loop(const uvtw_wheel_t *wheel);
 
-/* A referenced wheel (the default) keeps the loop alive exactly while
- * something is pending, like an active uv_timer_t; an unreferenced one never
- * does. Idempotent, O(1). */
+/* A referenced wheel (the default) keeps the loop alive exactly while a
+ * referenced timer or a task is pending, like an active uv_timer_t does; an
+ * unreferenced one never does, whatever its timers say. Idempotent, O(1). */
 UVTW_EXTERN void uvtw_wheel_ref(uvtw_wheel_t *wheel);
 UVTW_EXTERN void uvtw_wheel_unref(uvtw_wheel_t *wheel);
 
-/* Milliseconds until the next callback is due, against uv_now(): 0 if one is
- * overdue, -1 if nothing is pending, INT64_MAX if the earliest entry is
+/* Milliseconds until the next callback is due on the wheel's clock: 0 if one
+ * is overdue, -1 if nothing is pending, INT64_MAX if the earliest entry is
  * further away than that (a saturated deadline never fires). Tasks still in
- * the cross-thread queue are not counted. Cost: O(levels) plus a scan of
- * the earliest upper-level slot (and of the next ones while timers
- * restarted in place may make them earlier), after applying up to 64
- * logged restarts. */
+ * the cross-thread queue are not counted. Cost: O(levels) plus a walk of
+ * the one slot that holds the earliest entries. */
 UVTW_EXTERN int64_t uvtw_wheel_next_due(const uvtw_wheel_t *wheel);
 
 /* Copies the wheel's counters into *out. O(1). */
 UVTW_EXTERN void uvtw_wheel_stats(const uvtw_wheel_t *wheel, uvtw_stats_t *out);
 
-/* "0.1.0". Any thread. */
+/* The library's version, "MAJOR.MINOR.PATCH". Any thread. */
 UVTW_EXTERN const char *uvtw_version_string(void);
 
 /* ---- Loop-thread timers (mirror uv_timer_*) ---------------------------- */
-/* All are O(1) in the number of pending timers (a restart of an active
- * timer, and a start right after its stop, amortized: one that may not stay
- * in place is logged, and every 64th applies the batch), allocate nothing,
- * and may be called from inside any wheel callback, on any timer including
- * the one firing. A restart to a later deadline, of a timer due more than
- * 2 to 4 s ahead (past the wheel's ring of one-tick slots: 2048 to 4096
- * ticks), leaves it where it is in the wheel and touches only the timer. A
- * stop followed at once by a start of the same timer touches only the
- * timer too: it is put back and logged, and the batch leaves it there in
- * that same case, or moves it. */
+/* All of these are O(1) in the number of pending timers, allocate nothing,
+ * and may be called from inside any wheel callback, on any timer, including
+ * the one firing and others due in the same pass. */
 
-/* Binds `timer` to `wheel`, inactive. Leaves timer->data alone. */
+/* Binds `timer` to `wheel`, inactive and referenced. Leaves timer->data
+ * alone. Call it once before any other uvtw_timer_* call on the timer, and
+ * again only while the timer is inactive. */
 UVTW_EXTERN void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer);
 
-/* Arms the timer to fire `timeout` ms from uv_now(loop), then every `repeat`
- * ms if repeat > 0 (re-armed to uv_now + repeat just before each callback, so
- * it is active inside its callback). Restarts an active timer. A deadline
- * that overflows saturates: the timer never fires but stays active and
- * stoppable. A start from inside a wheel callback with an already-due
- * deadline runs in the next loop iteration, never in the same pass.
- * Errors: timer or cb NULL -> UV_EINVAL; wheel closing -> UV_ECANCELED. */
+/* Arms the timer to fire `timeout` ms from now on the wheel's clock
+ * (uv_now(loop) for a loop-clock wheel), then every `repeat` ms if repeat >
+ * 0: re-armed to now + repeat just before each callback, so it is active
+ * inside its callback, where a stop, start or again overrides the re-arm.
+ * A one-shot timer is inactive inside its callback. Restarts an active
+ * timer (never a duplicate). A deadline that overflows saturates: the timer
+ * never fires but stays active and stoppable.
+ * Errors: timer or cb NULL, or a timer initialized without a wheel ->
+ * UV_EINVAL; wheel closing -> UV_ECANCELED. */
 UVTW_EXTERN int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat);
 
-/* Disarms the timer; a no-op returning 0 if it is inactive. */
+/* Disarms the timer: its callback will not run. A no-op returning 0 if the
+ * timer is inactive. Errors: timer NULL -> UV_EINVAL. */
 UVTW_EXTERN int uvtw_timer_stop(uvtw_timer_t *timer);
 
-/* Restarts the timer with timeout = repeat; with repeat == 0 it stops the
- * timer and returns 0 (also on a closing wheel: a stop is always allowed).
- * Errors: never started -> UV_EINVAL; repeat > 0 on a closing wheel ->
- * UV_ECANCELED. */
+/* Restarts the timer with timeout = repeat, like uv_timer_again; with repeat
+ * == 0 it stops the timer and returns 0 (also on a closing wheel).
+ * Errors: timer NULL or never started -> UV_EINVAL; repeat > 0 on a closing
+ * wheel -> UV_ECANCELED. */
 UVTW_EXTERN int uvtw_timer_again(uvtw_timer_t *timer);
 
-/* Sets the repeat interval used by the next re-arm or again(). */
+/* Sets the repeat interval used by the next re-arm or again(); an active
+ * timer keeps its current deadline. */
 UVTW_EXTERN void uvtw_timer_set_repeat(uvtw_timer_t *timer, uint64_t repeat);
 UVTW_EXTERN uint64_t uvtw_timer_get_repeat(const uvtw_timer_t *timer);
 
-/* Milliseconds until the timer is due against uv_now(); 0 if due or inactive. */
+/* Milliseconds until the timer is due on the wheel's clock; 0 if due or
+ * inactive. */
 UVTW_EXTERN uint64_t uvtw_timer_get_due_in(const uvtw_timer_t *timer);
 
 /* Non-zero while the timer is armed. */
 UVTW_EXTERN int uvtw_timer_is_active(const uvtw_timer_t *timer);
 
+/* Like uv_ref/uv_unref on a uv_timer_t: an active unreferenced timer still
+ * fires when the loop runs, but does not by itself keep uv_run(loop,
+ * UV_RUN_DEFAULT) from returning. The setting survives stop and start;
+ * uvtw_timer_init makes a timer referenced. has_ref: non-zero if
+ * referenced. */
+UVTW_EXTERN void uvtw_timer_ref(uvtw_timer_t *timer);
+UVTW_EXTERN void uvtw_timer_unref(uvtw_timer_t *timer);
+UVTW_EXTERN int uvtw_timer_has_ref(const uvtw_timer_t *timer);
+
 /* ---- Any-thread tasks ----------------------------------------------------- */
 /* Tasks are one-shot callbacks that any thread may put on the wheel. From a
- * thread other than the loop's they go through a lock-free multi-producer
- * queue that the wheel's uv_async_t drains on the loop thread; the loop must
- * be running (uv_run) for them to be taken in. The uv_async_t is unreferenced:
- * a task from another thread keeps the loop alive only once it is taken in,
- * so keep the loop alive by other means (a handle of your own, or a
- * referenced wheel with something pending) while other threads schedule. A
- * task scheduled on the loop thread goes straight into the wheel and keeps
- * the loop alive from the call. */
+ * thread other than the loop's they go through a lock-free queue that the
+ * wheel's uv_async_t drains on the loop thread. The uv_async_t is
+ * unreferenced: a task from another thread keeps the loop alive only once it
+ * is taken in, so keep the loop alive by other means (a handle of your own)
+ * while other threads schedule. A task scheduled on the loop thread goes
+ * straight into the wheel and keeps the loop alive from the call. */
 
-/* Schedules cb(arg, 0) to run on the loop thread `timeout` ms after this call
- * (deadline taken now with uv_hrtime(), so time spent in the queue does not
- * lengthen it). Tasks from one thread with equal timeouts run in call order.
+/* Schedules cb(arg, 0) to run on the loop thread `timeout` ms after this
+ * call. On a loop-clock wheel the deadline is taken now with uv_hrtime(), so
+ * time in the queue does not lengthen it (it may read up to 1 ms early
+ * against uv_hrtime(), from truncation to milliseconds); on a manual-clock
+ * wheel it is the wheel's time when the task is taken in, plus `timeout`.
+ * Tasks from one thread with equal timeouts run in call order.
  * If `ticket` is non-NULL, *ticket receives a handle that must be released
  * exactly once with uvtw_ticket_release; NULL means fire-and-forget.
- * Any thread. Cost: one allocation and one CAS, plus one uv_async_send when
- * the queue was empty. Errors (nothing queued, *ticket untouched): wheel or
- * cb NULL -> UV_EINVAL; no memory -> UV_ENOMEM; max_pending reached ->
- * UV_ENOBUFS; wheel closing (uvtw_wheel_close called, its cb not yet
- * returned) -> UV_ECANCELED. */
+ * Any thread. Cost: one allocation and a few atomic operations, plus one
+ * uv_async_send when the queue was empty.
+ * Errors (nothing queued, *ticket untouched): wheel or cb NULL -> UV_EINVAL;
+ * no memory -> UV_ENOMEM; max_pending reached -> UV_ENOBUFS; wheel closing
+ * (from uvtw_wheel_close until its callback returns) -> UV_ECANCELED. A call
+ * must not overlap the return of the close callback: the wheel is freed
+ * then. */
 UVTW_EXTERN int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *arg,
-                  uvtw_ticket_t **ticket);
+                              uvtw_ticket_t **ticket);
 
 /* Cancels the task. Returns 0 if the cancel won: the callback will never run
  * (again 0 on a repeat call); its place under max_pending is freed at once
- * and the wheel drops the entry promptly. Returns UV_EALREADY if the callback
- * has started or finished (with status 0, or UV_ECANCELED because the wheel
- * closed). Exactly one of the two, under any interleaving. Any thread, also
- * after the wheel was closed. Lock-free; UV_EINVAL for NULL. */
+ * and the wheel drops the entry promptly. Returns UV_EALREADY if the
+ * callback has started or finished (with status 0, or UV_ECANCELED because
+ * the wheel closed). Exactly one of the two, under any interleaving. Any
+ * thread, also after the wheel was closed and freed. Lock-free, O(1).
+ * Errors: ticket NULL -> UV_EINVAL. */
 UVTW_EXTERN int uvtw_ticket_cancel(uvtw_ticket_t *ticket);
 
 /* Gives up the ticket; does not cancel. Exactly once per ticket, any thread,
  * before or after the task ran, was cancelled, or the wheel closed. NULL is
- * ignored. Lock-free. */
+ * ignored. Lock-free, O(1). */
 UVTW_EXTERN void uvtw_ticket_release(uvtw_ticket_t *ticket);
+
+/* ---- Manual clock (wheels made with manual_clock = 1) ------------------- */
+/* A manual wheel's time starts at uv_now(loop) when the wheel is made and
+ * moves only with the two calls below; timer deadlines, repeats,
+ * uvtw_timer_get_due_in and uvtw_wheel_next_due count on it. Its callbacks
+ * run only inside these calls, on the loop thread. It never arms its
+ * uv_timer_t and never keeps the loop alive by what it holds. Every other
+ * guarantee holds on its clock as on the loop's.
+ *
+ * One pass: the wheel's time is set to some T, and every callback due at T
+ * when the pass begins runs, in deadline order, each seeing uvtw_wheel_now()
+ * equal to T. An entry made due during the pass (a timer started with
+ * timeout 0 at T, say) waits for the next pass. One uvtw_wheel_advance call
+ * runs its passes at strictly increasing times (so at most one per
+ * millisecond, per tick when tick_ms > 1), so it always returns, whatever
+ * the callbacks do: what a pass at T makes due runs in the same call's pass
+ * at T + 1 if the call goes that far, else in the next call.
+ */
+
+/* The wheel's time in ms: uv_now(loop) for a loop-clock wheel, else the
+ * manual clock's. O(1). */
+UVTW_EXTERN uint64_t uvtw_wheel_now(const uvtw_wheel_t *wheel);
+
+/* Loop thread. Takes in the tasks queued by other threads, then moves the
+ * wheel's time forward by `ms`, running one pass at the current time if
+ * something is due, then one at each later time at which something is due,
+ * up to and including the new time, which the wheel then keeps. Returns 0.
+ * Errors: wheel NULL or on the loop's clock -> UV_EINVAL; called from inside
+ * one of this wheel's callbacks -> UV_EBUSY; wheel closing -> UV_ECANCELED.
+ * Cost: O(entries fired + passes). */
+UVTW_EXTERN int uvtw_wheel_advance(uvtw_wheel_t *wheel, uint64_t ms);
+
+/* Loop thread. Takes in queued tasks, moves the wheel's time to the
+ * earliest pending deadline (not at all if something is already due) and
+ * runs that one pass. Returns the milliseconds the time moved (>= 0), or
+ * UV_EAGAIN when nothing pending can ever fire, or the errors of
+ * uvtw_wheel_advance. `while (uvtw_wheel_advance_next(w) >= 0)` runs a test
+ * until nothing is pending (forever if a callback always restarts itself). */
+UVTW_EXTERN int64_t uvtw_wheel_advance_next(uvtw_wheel_t *wheel);
 
 #ifdef __cplusplus
 }

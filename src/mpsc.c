@@ -2,16 +2,15 @@
 
 #include <stddef.h>
 
-static mpsc_node_t closed_marker;
-
-void mpsc_init(mpsc_t *q) {
+void uvtw__mpsc_init(mpsc_t *q) {
   atomic_init(&q->top, NULL);
+  q->closed.next = NULL;
 }
 
-mpsc_push_result_t mpsc_push(mpsc_t *q, mpsc_node_t *node) {
+mpsc_push_result_t uvtw__mpsc_push(mpsc_t *q, mpsc_node_t *node) {
   mpsc_node_t *top = atomic_load_explicit(&q->top, memory_order_relaxed);
   do {
-    if (top == &closed_marker)
+    if (top == &q->closed)
       return MPSC_CLOSED;
     node->next = top;
   } while (!atomic_compare_exchange_weak_explicit(&q->top, &top, node, memory_order_release,
@@ -30,14 +29,14 @@ static mpsc_node_t *oldest_first(mpsc_node_t *newest_first) {
   return list;
 }
 
-mpsc_node_t *mpsc_take_all(mpsc_t *q) {
+mpsc_node_t *uvtw__mpsc_take_all(mpsc_t *q) {
   mpsc_node_t *top = atomic_load_explicit(&q->top, memory_order_relaxed);
-  if (top == NULL || top == &closed_marker)
+  if (top == NULL || top == &q->closed)
     return NULL;
   return oldest_first(atomic_exchange_explicit(&q->top, NULL, memory_order_acquire));
 }
 
-mpsc_node_t *mpsc_close(mpsc_t *q) {
-  mpsc_node_t *top = atomic_exchange_explicit(&q->top, &closed_marker, memory_order_acquire);
-  return top == &closed_marker ? NULL : oldest_first(top);
+mpsc_node_t *uvtw__mpsc_close(mpsc_t *q) {
+  mpsc_node_t *top = atomic_exchange_explicit(&q->top, &q->closed, memory_order_acquire);
+  return top == &q->closed ? NULL : oldest_first(top);
 }

@@ -28,7 +28,7 @@ static void *produce(void *arg) {
     item_t *it = &items[(size_t)p * PER_PRODUCER + i];
     it->producer = p;
     it->index = i;
-    mpsc_push_result_t r = mpsc_push(&queue, &it->node);
+    mpsc_push_result_t r = uvtw__mpsc_push(&queue, &it->node);
     if (r == MPSC_PUSHED_FIRST)
       atomic_fetch_add(&wakeups_requested, 1);
     else if (r != MPSC_PUSHED)
@@ -39,8 +39,8 @@ static void *produce(void *arg) {
 
 int main(void) {
   items = calloc((size_t)PRODUCERS * PER_PRODUCER, sizeof *items);
-  mpsc_init(&queue);
-  tap_ok(mpsc_take_all(&queue) == NULL, "an empty queue yields nothing");
+  uvtw__mpsc_init(&queue);
+  tap_ok(uvtw__mpsc_take_all(&queue) == NULL, "an empty queue yields nothing");
 
   pthread_t threads[PRODUCERS];
   for (uintptr_t p = 0; p < PRODUCERS; p++)
@@ -50,7 +50,7 @@ int main(void) {
   uint64_t received = 0, batches = 0, order_errors = 0, foreign = 0;
   unsigned done = 0;
   while (received < (uint64_t)PRODUCERS * PER_PRODUCER) {
-    mpsc_node_t *n = mpsc_take_all(&queue);
+    mpsc_node_t *n = uvtw__mpsc_take_all(&queue);
     if (n != NULL)
       batches++;
     for (; n != NULL; n = n->next) {
@@ -72,7 +72,7 @@ int main(void) {
   TAP_EQ(received, (uint64_t)PRODUCERS * PER_PRODUCER, "every pushed item arrives");
   TAP_EQ(order_errors, 0, "each producer's items arrive in push order, none twice or missing");
   TAP_EQ(foreign, 0, "no item arrives that was not pushed");
-  tap_ok(mpsc_take_all(&queue) == NULL, "nothing is left after the last item");
+  tap_ok(uvtw__mpsc_take_all(&queue) == NULL, "nothing is left after the last item");
   for (int p = 0; p < PRODUCERS; p++)
     TAP_EQ(next_index[p], PER_PRODUCER, "producer's last item was the last received");
   tap_ok(batches > 0 && (uint64_t)atomic_load(&wakeups_requested) >= batches / 2,
@@ -83,13 +83,13 @@ int main(void) {
 
   /* Close: what was queued comes back, later pushes fail. */
   mpsc_node_t a, b, c;
-  tap_ok(mpsc_push(&queue, &a) == MPSC_PUSHED_FIRST && mpsc_push(&queue, &b) == MPSC_PUSHED,
+  tap_ok(uvtw__mpsc_push(&queue, &a) == MPSC_PUSHED_FIRST && uvtw__mpsc_push(&queue, &b) == MPSC_PUSHED,
          "the first push onto an empty queue asks for a wake-up, the next does not");
-  mpsc_node_t *left = mpsc_close(&queue);
+  mpsc_node_t *left = uvtw__mpsc_close(&queue);
   tap_ok(left == &a && left->next == &b && b.next == NULL,
          "closing returns the queued nodes, oldest first");
-  tap_ok(mpsc_push(&queue, &c) == MPSC_CLOSED, "a push after close fails");
-  tap_ok(mpsc_take_all(&queue) == NULL && mpsc_close(&queue) == NULL,
+  tap_ok(uvtw__mpsc_push(&queue, &c) == MPSC_CLOSED, "a push after close fails");
+  tap_ok(uvtw__mpsc_take_all(&queue) == NULL && uvtw__mpsc_close(&queue) == NULL,
          "a closed queue yields nothing, also when closed again");
   free(items);
   return tap_done();

@@ -1,0 +1,502 @@
+/* The libuv glue: the wheel object, loop-thread timers, arming the
+ * uv_timer_t, passes, and the manual clock.
+ *
+ * A timer's life: uvtw_timer_start files its node in the pure wheel
+ * (wheel.c) and, if it is now the earliest, arms the wheel's one uv_timer_t
+ * to its deadline. When that uv_timer_t fires, on_timer runs a pass:
+ * wheel_expire moves every entry due at uv_now() to the expired list, and
+ * the pass pops them one by one and runs their callbacks. After the pass,
+ * the uv_timer_t is armed again to the earliest pending deadline.
+ *
+ * One pass at a time: the pass collects what is due before it runs any
+ * callback, so an entry a callback makes due waits for the next pass. The
+ * next pass must come in the next loop iteration, and how to get there
+ * depends on the libuv the program runs on (checked with uv_version() at
+ * run time, since a shared libuv is upgraded under programs):
+ *   - libuv >= 1.48 collects due uv_timer_ts before running them, so a
+ *     uv_timer_t started with 0 inside its own callback fires in the next
+ *     iteration: after_pass simply arms the uv_timer_t with 0.
+ *   - older libuv runs such a timer again in the same uv__run_timers call,
+ *     which would turn a callback that restarts itself with 0 into a busy
+ *     loop. There the pass "kicks" the wheel's uv_async_t instead; its
+ *     callback runs in this or the next iteration's poll phase and arms the
+ *     uv_timer_t with 0, which fires in the timer phase after it. While the
+ *     kick is pending the uv_async_t is referenced (if the wheel keeps the
+ *     loop alive at all), because from 1.45 uv_run checks whether the loop
+ *     is alive right after the timer phase.
+ * Everything else follows from using a real uv_timer_t on uv_now(): a
+ * wheel timer fires in the loop iteration in which a uv_timer_t started at
+ * the same moment with the same timeout fires, and keeps the loop alive
+ * exactly as long.
+ *
+ * Keeping the loop alive: `refs` counts pending entries that are
+ * referenced (timers not unref'd, and every task). The uv_timer_t is
+ * referenced while the wheel is referenced and refs > 0; being active only
+ * while something is pending, it then keeps the loop alive exactly when a
+ * referenced uv_timer_t would.
+ */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "internal.h"
+
+#define TIMER_UNREF 1u /* flags_: does not keep the loop alive */
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static inline wheel_node_t *node_of(uvtw_timer_t *timer) {
+  return (wheel_node_t *)(void *)&timer->node_;
+}
+
+static inline const wheel_node_t *const_node_of(const uvtw_timer_t *timer) {
+  return (const wheel_node_t *)(const void *)&timer->node_;
+}
+
+static inline uvtw_timer_t *timer_of(wheel_node_t *node) {
+  return container_of(node, uvtw_timer_t, node_);
+}
+
+/* ---- time ---------------------------------------------------------------- */
+
+static inline uint64_t add_saturating(uint64_t a, uint64_t b) {
+  return a + b < a ? UINT64_MAX : a + b;
+}
+
+uint64_t uvtw__clock_ms(const uvtw_wheel_t *w) {
+  return w->manual ? w->manual_now : uv_now(w->loop);
+}
+
+uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms) {
+  if (w->tick_ms == 1 || ms == UINT64_MAX)
+    return ms;
+  return ms / w->tick_ms + (ms % w->tick_ms != 0);
+}
+
+static inline uint64_t ticks_down(const uvtw_wheel_t *w, uint64_t ms) {
+  return ms / w->tick_ms;
+}
+
+static inline uint64_t ms_of(const uvtw_wheel_t *w, uint64_t ticks) {
+  return ticks > UINT64_MAX / w->tick_ms ? UINT64_MAX : ticks * w->tick_ms;
+}
+
+static inline uint64_t clock_ticks(const uvtw_wheel_t *w) {
+  return ticks_down(w, uvtw__clock_ms(w));
+}
+
+/* ---- arming the uv_timer_t and keeping the loop alive ------------------- */
+
+static void on_timer(uv_timer_t *handle);
+
+static void update_refs(uvtw_wheel_t *w) {
+  bool keep_alive = w->referenced && !w->manual && w->refs > 0;
+  if (keep_alive)
+    uv_ref((uv_handle_t *)&w->timer);
+  else
+    uv_unref((uv_handle_t *)&w->timer);
+  if (keep_alive && w->kicked)
+    uv_ref((uv_handle_t *)&w->async);
+  else
+    uv_unref((uv_handle_t *)&w->async);
+}
+
+static void arm(uvtw_wheel_t *w, uint64_t deadline) {
+  uint64_t due = ms_of(w, deadline);
+  uint64_t now = uv_now(w->loop);
+  uv_timer_start(&w->timer, on_timer, due > now ? due - now : 0, 0);
+  w->armed = true;
+  w->armed_at = deadline;
+}
+
+static void disarm(uvtw_wheel_t *w) {
+  if (w->armed)
+    uv_timer_stop(&w->timer);
+  w->armed = false;
+  w->collected = false;
+}
+
+/* The uv_timer_t is due in the timer phase under way, collected but not yet
+ * run: libuv >= 1.48 collects every due uv_timer_t before running any of
+ * them, and a uv_timer_t started meanwhile waits for the next phase. */
+static bool pass_collected(const uvtw_wheel_t *w) {
+  return w->armed && !uv_is_active((const uv_handle_t *)&w->timer);
+}
+
+static void kick(uvtw_wheel_t *w) {
+  if (w->kicked)
+    return;
+  w->kicked = true;
+  update_refs(w);
+  uv_async_send(&w->async);
+}
+
+static void count_in(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
+  if (!(entry->flags_ & TIMER_UNREF) && w->refs++ == 0)
+    update_refs(w);
+}
+
+static void count_out(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
+  if (!(entry->flags_ & TIMER_UNREF) && --w->refs == 0)
+    update_refs(w);
+}
+
+/* Files a node in no list. Outside a pass, arms the uv_timer_t if the
+ * entry may be the earliest (a pass arms once, when it ends). While the
+ * uv_timer_t waits in libuv's collected list (pass_collected), a due entry
+ * must wait for the next phase like a uv_timer_t started now: the pass's
+ * own collection is made before it is filed, and the uv_timer_t is left
+ * where it is, so it still runs in this phase. */
+static void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
+  uint64_t now = clock_ticks(w);
+  bool collected = !w->in_pass && !w->manual && pass_collected(w);
+  if (w->wheel.count == 0) {
+    uvtw__wheel_expire(&w->wheel, now); /* catch up: file it low */
+  } else if (collected && !w->collected && deadline <= now) {
+    uvtw__wheel_expire(&w->wheel, now);
+    w->collected = true;
+  }
+  uvtw__wheel_insert(&w->wheel, node_of(entry), deadline);
+  if (!w->in_pass && !w->manual && !collected &&
+      (!w->armed || node_of(entry)->deadline < w->armed_at))
+    arm(w, uvtw__wheel_next_deadline(&w->wheel));
+}
+
+void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
+  count_in(w, entry);
+  file(w, entry, deadline);
+}
+
+void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
+  uvtw__wheel_remove(&w->wheel, node_of(entry));
+  count_out(w, entry);
+  if (w->wheel.count == 0)
+    disarm(w);
+}
+
+/* ---- passes ---------------------------------------------------------------- */
+
+void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline) {
+  uint64_t now = uvtw__clock_ms(w);
+  uint64_t due = ms_of(w, deadline);
+  w->stats.fired++;
+  if (now > due && now - due > w->stats.late_max_ms)
+    w->stats.late_max_ms = now - due;
+}
+
+/* Runs one expired entry's callback. A repeating timer is filed again
+ * first, from the clock's now, like uv_timer_t, so it is active inside its
+ * callback. */
+static void fire(uvtw_wheel_t *w, uvtw_timer_t *entry) {
+  count_out(w, entry);
+  if (entry->cb_ != uvtw__task_fire) {
+    uvtw__note_fired(w, node_of(entry)->deadline);
+    if (entry->repeat_ != 0) {
+      uvtw__entry_add(w, entry, uvtw__ticks_up(w, add_saturating(uvtw__clock_ms(w), entry->repeat_)));
+      w->stats.started++;
+    }
+  }
+  entry->cb_(entry); /* the entry may be freed from here on */
+}
+
+/* Expires everything due at `now` (ticks), then runs the callbacks. Returns
+ * how many ran. */
+static uint64_t run_pass(uvtw_wheel_t *w, uint64_t now) {
+  uint64_t fired_before = w->stats.fired;
+  wheel_node_t *node;
+  w->in_pass = true;
+  if (!w->collected)
+    uvtw__wheel_expire(&w->wheel, now);
+  w->collected = false;
+  while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL)
+    fire(w, timer_of(node));
+  w->in_pass = false;
+  return w->stats.fired - fired_before;
+}
+
+/* Arms the uv_timer_t for the next pass (see the top of this file). */
+static void after_pass(uvtw_wheel_t *w) {
+  if (w->closing || w->manual || w->wheel.count == 0)
+    return;
+  uint64_t next = uvtw__wheel_next_deadline(&w->wheel);
+  if (next <= clock_ticks(w) && !w->pass_by_timer)
+    kick(w);
+  else
+    arm(w, next);
+}
+
+static void on_timer(uv_timer_t *handle) {
+  uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, timer);
+  w->armed = false;
+  w->stats.wakeups++;
+  if (run_pass(w, clock_ticks(w)) == 0)
+    w->stats.wasted_wakeups++;
+  after_pass(w);
+}
+
+static void on_async(uv_async_t *handle) {
+  uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, async);
+  if (w->kicked) {
+    w->kicked = false;
+    update_refs(w);
+    if (w->wheel.count != 0 && !w->armed)
+      arm(w, uvtw__wheel_next_deadline(&w->wheel));
+  }
+  uvtw__tasks_take_in(w);
+}
+
+/* ---- the wheel ----------------------------------------------------------- */
+
+int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **out) {
+  uvtw_options_t defaults = {0, 0, 0};
+  if (opts == NULL)
+    opts = &defaults;
+  if (loop == NULL || out == NULL || opts->manual_clock > 1)
+    return UV_EINVAL;
+  uvtw_wheel_t *w = calloc(1, sizeof *w);
+  if (w == NULL)
+    return UV_ENOMEM;
+  w->loop = loop;
+  w->tick_ms = opts->tick_ms > 1 ? opts->tick_ms : 1;
+  w->manual = opts->manual_clock != 0;
+  w->pass_by_timer = uv_version() >= (1u << 16 | 48u << 8);
+  w->referenced = true;
+  w->manual_now = uv_now(loop);
+  uvtw__wheel_init(&w->wheel, ticks_down(w, w->manual_now));
+  int err = uvtw__shared_new(w, opts->max_pending);
+  if (err == 0 && (err = uv_async_init(loop, &w->async, on_async)) != 0)
+    uvtw__shared_release(w->shared);
+  if (err != 0) {
+    free(w);
+    return err;
+  }
+  uv_timer_init(loop, &w->timer);
+  w->handles_open = 2;
+  update_refs(w);
+  *out = w;
+  return 0;
+}
+
+static void on_handle_closed(uv_handle_t *handle) {
+  uvtw_wheel_t *w = handle->data;
+  if (--w->handles_open != 0)
+    return;
+  if (w->close_cb != NULL)
+    w->close_cb(w, w->close_arg);
+  uvtw__shared_release(w->shared);
+  free(w);
+}
+
+void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
+  if (w == NULL || w->closing)
+    return;
+  w->closing = true;
+  w->close_cb = cb;
+  w->close_arg = arg;
+  disarm(w);
+  uvtw__tasks_close(w);
+  /* Timers become inactive; tasks run with UV_ECANCELED, in deadline order. */
+  wheel_node_t *node;
+  uvtw__wheel_expire(&w->wheel, UINT64_MAX);
+  while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL) {
+    uvtw_timer_t *entry = timer_of(node);
+    count_out(w, entry);
+    if (entry->cb_ == uvtw__task_fire)
+      uvtw__task_close(entry);
+  }
+  w->timer.data = w;
+  w->async.data = w;
+  uv_close((uv_handle_t *)&w->timer, on_handle_closed);
+  uv_close((uv_handle_t *)&w->async, on_handle_closed);
+}
+
+uv_loop_t *uvtw_wheel_loop(const uvtw_wheel_t *w) {
+  return w->loop;
+}
+
+void uvtw_wheel_ref(uvtw_wheel_t *w) {
+  w->referenced = true;
+  update_refs(w);
+}
+
+void uvtw_wheel_unref(uvtw_wheel_t *w) {
+  w->referenced = false;
+  update_refs(w);
+}
+
+int64_t uvtw_wheel_next_due(const uvtw_wheel_t *w) {
+  if (w->wheel.count == 0)
+    return -1;
+  uint64_t next = uvtw__wheel_next_deadline_exact(&w->wheel);
+  if (next == UINT64_MAX)
+    return INT64_MAX;
+  uint64_t due = ms_of(w, next);
+  uint64_t now = uvtw__clock_ms(w);
+  if (due <= now)
+    return 0;
+  return due - now > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)(due - now);
+}
+
+void uvtw_wheel_stats(const uvtw_wheel_t *w, uvtw_stats_t *out) {
+  *out = w->stats;
+  out->active = w->wheel.count - uvtw__tasks_cancelled_linked(w);
+  out->stopped += uvtw__tasks_cancels_won(w);
+  out->cascaded = w->wheel.cascaded;
+}
+
+const char *uvtw_version_string(void) {
+  return STR(UVTW_VERSION_MAJOR) "." STR(UVTW_VERSION_MINOR) "." STR(UVTW_VERSION_PATCH);
+}
+
+/* ---- the manual clock ------------------------------------------------------ */
+
+uint64_t uvtw_wheel_now(const uvtw_wheel_t *w) {
+  return uvtw__clock_ms(w);
+}
+
+static int check_manual(uvtw_wheel_t *w) {
+  if (w == NULL || !w->manual)
+    return UV_EINVAL;
+  if (w->in_pass)
+    return UV_EBUSY;
+  if (w->closing)
+    return UV_ECANCELED;
+  uvtw__tasks_take_in(w);
+  return 0;
+}
+
+/* Sets the manual clock to tick `at` (never back) and runs one pass there. */
+static void manual_pass(uvtw_wheel_t *w, uint64_t at) {
+  if (ms_of(w, at) > w->manual_now)
+    w->manual_now = ms_of(w, at);
+  run_pass(w, at);
+}
+
+int uvtw_wheel_advance(uvtw_wheel_t *w, uint64_t ms) {
+  int err = check_manual(w);
+  if (err != 0)
+    return err;
+  /* A saturated deadline (UINT64_MAX) is never reached. */
+  uint64_t target = add_saturating(w->manual_now, ms);
+  if (target == UINT64_MAX)
+    target--;
+  uint64_t last = ticks_down(w, target);
+  uint64_t at = clock_ticks(w);
+  while (!w->closing && w->wheel.count != 0) {
+    uint64_t next = uvtw__wheel_next_deadline(&w->wheel);
+    if (next > at)
+      at = next;
+    if (at > last)
+      break;
+    manual_pass(w, at);
+    at++; /* passes at strictly increasing times */
+  }
+  if (target > w->manual_now)
+    w->manual_now = target;
+  return 0;
+}
+
+int64_t uvtw_wheel_advance_next(uvtw_wheel_t *w) {
+  int err = check_manual(w);
+  if (err != 0)
+    return err;
+  uint64_t next = w->wheel.count == 0 ? UINT64_MAX : uvtw__wheel_next_deadline_exact(&w->wheel);
+  if (next == UINT64_MAX)
+    return UV_EAGAIN;
+  uint64_t before = w->manual_now;
+  uint64_t now = clock_ticks(w);
+  manual_pass(w, next > now ? next : now);
+  return (int64_t)(w->manual_now - before);
+}
+
+/* ---- loop-thread timers ------------------------------------------------------ */
+
+void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
+  if (timer == NULL)
+    return;
+  wheel_node_init(node_of(timer));
+  node_of(timer)->deadline = 0;
+  timer->wheel_ = wheel;
+  timer->cb_ = NULL;
+  timer->repeat_ = 0;
+  timer->flags_ = 0;
+}
+
+int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat) {
+  if (timer == NULL || cb == NULL || timer->wheel_ == NULL)
+    return UV_EINVAL;
+  uvtw_wheel_t *w = timer->wheel_;
+  if (w->closing)
+    return UV_ECANCELED;
+  uint64_t deadline = uvtw__ticks_up(w, add_saturating(uvtw__clock_ms(w), timeout));
+  timer->cb_ = cb;
+  timer->repeat_ = repeat;
+  if (wheel_node_linked(node_of(timer))) {
+    /* A restart: the entry stays counted as pending. */
+    uvtw__wheel_remove(&w->wheel, node_of(timer));
+    w->stats.stopped++;
+    file(w, timer, deadline);
+  } else {
+    uvtw__entry_add(w, timer, deadline);
+  }
+  w->stats.started++;
+  return 0;
+}
+
+int uvtw_timer_stop(uvtw_timer_t *timer) {
+  if (timer == NULL)
+    return UV_EINVAL;
+  if (!wheel_node_linked(node_of(timer)))
+    return 0;
+  uvtw__entry_remove(timer->wheel_, timer);
+  timer->wheel_->stats.stopped++;
+  return 0;
+}
+
+int uvtw_timer_again(uvtw_timer_t *timer) {
+  if (timer == NULL || timer->cb_ == NULL)
+    return UV_EINVAL;
+  if (timer->repeat_ == 0)
+    return uvtw_timer_stop(timer);
+  return uvtw_timer_start(timer, timer->cb_, timer->repeat_, timer->repeat_);
+}
+
+void uvtw_timer_set_repeat(uvtw_timer_t *timer, uint64_t repeat) {
+  timer->repeat_ = repeat;
+}
+
+uint64_t uvtw_timer_get_repeat(const uvtw_timer_t *timer) {
+  return timer->repeat_;
+}
+
+uint64_t uvtw_timer_get_due_in(const uvtw_timer_t *timer) {
+  if (!wheel_node_linked(const_node_of(timer)))
+    return 0;
+  uint64_t due = ms_of(timer->wheel_, const_node_of(timer)->deadline);
+  uint64_t now = uvtw__clock_ms(timer->wheel_);
+  return due > now ? due - now : 0;
+}
+
+int uvtw_timer_is_active(const uvtw_timer_t *timer) {
+  return wheel_node_linked(const_node_of(timer));
+}
+
+void uvtw_timer_ref(uvtw_timer_t *timer) {
+  if (!(timer->flags_ & TIMER_UNREF))
+    return;
+  timer->flags_ &= ~TIMER_UNREF;
+  if (wheel_node_linked(node_of(timer)))
+    count_in(timer->wheel_, timer);
+}
+
+void uvtw_timer_unref(uvtw_timer_t *timer) {
+  if (timer->flags_ & TIMER_UNREF)
+    return;
+  if (wheel_node_linked(node_of(timer)))
+    count_out(timer->wheel_, timer);
+  timer->flags_ |= TIMER_UNREF;
+}
+
+int uvtw_timer_has_ref(const uvtw_timer_t *timer) {
+  return !(timer->flags_ & TIMER_UNREF);
+}

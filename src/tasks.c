@@ -1,0 +1,321 @@
+/* Cross-thread tasks: uvtw_schedule, tickets, and what closing a wheel does
+ * to tasks.
+ *
+ * A task is a wheel entry like a timer: it embeds a uvtw_timer_t whose
+ * callback is uvtw__task_fire. From other threads it travels through the
+ * MPSC queue (mpsc.c), which the wheel's uv_async_t drains; the loop thread
+ * files its own tasks directly. A task's life is an atomic state:
+ *
+ *     QUEUED --(loop takes it in)--> IN_WHEEL --(due, or wheel closes)--> DONE
+ *        \                              |
+ *         \--(cancel)--> CANCELLED <----/ (cancel)
+ *
+ * Running the callback and cancelling both leave IN_WHEEL by compare-and-
+ * swap, so exactly one of "cancel returned 0" and "callback ran" happens.
+ *
+ * A task is reference counted: the loop holds one reference until it is
+ * done with the task, the ticket holder one until uvtw_ticket_release, and
+ * a cancel message (below) one until the loop has read it. A cancel from
+ * another thread of a task in the wheel sends the task's queue node again,
+ * as a message that has the loop unlink it now rather than at its deadline;
+ * the loop tells the two messages apart by the state (QUEUED: take it in)
+ * and by whether the entry is still linked.
+ *
+ * The part other threads touch (the queue, counters) is a separate
+ * allocation, uvtw_shared_t, that lives until the wheel and every task are
+ * gone, so tickets stay usable after the wheel closes. The queue's top also
+ * carries its closed marker: a push either lands before the close, which
+ * then ends that task, or fails with UV_ECANCELED. Only the producer that
+ * finds the queue empty calls uv_async_send, through a gate (a closed bit
+ * and a count of senders inside) that the close shuts and waits out before
+ * closing the handle.
+ */
+#include <assert.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "internal.h"
+#include "mpsc.h"
+
+enum task_state { TASK_QUEUED, TASK_IN_WHEEL, TASK_CANCELLED, TASK_DONE };
+
+struct uvtw_shared_s {
+  /* Set at creation, read-only afterwards. */
+  uvtw_wheel_t *wheel; /* other threads use it only inside the gate */
+  uv_thread_t loop_thread;
+  uint32_t max_pending; /* 0: unlimited, `pending` not kept */
+  bool manual;
+  mpsc_t queue;
+  _Atomic uint32_t refs;    /* the wheel's, plus one per task */
+  _Atomic uint32_t pending; /* tasks neither run nor cancelled */
+  _Atomic uint64_t gate;    /* bit 0: closed; the rest: twice the senders inside */
+  _Atomic uint64_t cancels_won;
+  _Atomic uint64_t cancelled_linked;
+};
+
+struct uvtw_ticket_s {
+  uvtw_timer_t entry; /* in the wheel; entry.cb_ == uvtw__task_fire */
+  mpsc_node_t message;
+  _Atomic int state;
+  _Atomic int refs;
+  uvtw_task_cb cb;
+  void *arg;
+  uint64_t due; /* the deadline in ms; on a manual clock the timeout until taken in */
+  uvtw_shared_t *shared;
+};
+
+/* ---- the shared part ------------------------------------------------------- */
+
+int uvtw__shared_new(uvtw_wheel_t *w, uint32_t max_pending) {
+  uvtw_shared_t *sh = calloc(1, sizeof *sh);
+  if (sh == NULL)
+    return UV_ENOMEM;
+  sh->wheel = w;
+  sh->loop_thread = uv_thread_self();
+  sh->max_pending = max_pending;
+  sh->manual = w->manual;
+  uvtw__mpsc_init(&sh->queue);
+  atomic_init(&sh->refs, 1);
+  atomic_init(&sh->pending, 0);
+  atomic_init(&sh->gate, 0);
+  atomic_init(&sh->cancels_won, 0);
+  atomic_init(&sh->cancelled_linked, 0);
+  w->shared = sh;
+  return 0;
+}
+
+void uvtw__shared_release(uvtw_shared_t *sh) {
+  if (atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_acq_rel) == 1)
+    free(sh);
+}
+
+uint64_t uvtw__tasks_cancelled_linked(const uvtw_wheel_t *w) {
+  return atomic_load(&w->shared->cancelled_linked);
+}
+
+uint64_t uvtw__tasks_cancels_won(const uvtw_wheel_t *w) {
+  return atomic_load(&w->shared->cancels_won);
+}
+
+static bool on_loop_thread(const uvtw_shared_t *sh) {
+  uv_thread_t self = uv_thread_self();
+  return uv_thread_equal(&self, &sh->loop_thread);
+}
+
+static bool pending_take(uvtw_shared_t *sh) {
+  if (sh->max_pending == 0)
+    return true;
+  uint32_t n = atomic_load_explicit(&sh->pending, memory_order_relaxed);
+  do {
+    if (n >= sh->max_pending)
+      return false;
+  } while (!atomic_compare_exchange_weak(&sh->pending, &n, n + 1));
+  return true;
+}
+
+static void pending_put(uvtw_shared_t *sh) {
+  if (sh->max_pending != 0)
+    atomic_fetch_sub(&sh->pending, 1);
+}
+
+/* After a push onto an empty queue. A closing wheel takes what is queued
+ * itself, so a sender that finds the gate closed has nothing to do. */
+static void wake_loop(uvtw_shared_t *sh) {
+  if (atomic_fetch_add(&sh->gate, 2) & 1) {
+    atomic_fetch_sub(&sh->gate, 2);
+    return;
+  }
+  uv_async_send(&sh->wheel->async);
+  atomic_fetch_sub(&sh->gate, 2);
+}
+
+static void gate_close(uvtw_shared_t *sh) {
+  atomic_fetch_or(&sh->gate, 1);
+  while (atomic_load(&sh->gate) != 1)
+    sched_yield(); /* a sender is inside uv_async_send */
+}
+
+static void task_unref(uvtw_ticket_t *task) {
+  if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) == 1) {
+    uvtw__shared_release(task->shared);
+    free(task);
+  }
+}
+
+/* ---- the loop side -------------------------------------------------------- */
+
+static inline uvtw_ticket_t *task_of(uvtw_timer_t *entry) {
+  return container_of(entry, uvtw_ticket_t, entry);
+}
+
+/* Ends a task that has left the wheel (or never entered it): runs its
+ * callback with `status` unless it was cancelled, then drops the loop's
+ * reference. */
+static void settle(uvtw_wheel_t *w, uvtw_ticket_t *task, int status) {
+  int expected = TASK_IN_WHEEL;
+  if (atomic_compare_exchange_strong(&task->state, &expected, TASK_DONE)) {
+    pending_put(task->shared);
+    if (status == 0)
+      uvtw__note_fired(w, uvtw__ticks_up(w, task->due));
+    task->cb(task->arg, status);
+  } else {
+    assert(expected == TASK_CANCELLED);
+    atomic_fetch_sub(&task->shared->cancelled_linked, 1);
+  }
+  task_unref(task);
+}
+
+void uvtw__task_fire(uvtw_timer_t *entry) {
+  uvtw_ticket_t *task = task_of(entry);
+  settle(task->shared->wheel, task, 0);
+}
+
+void uvtw__task_close(uvtw_timer_t *entry) {
+  uvtw_ticket_t *task = task_of(entry);
+  settle(task->shared->wheel, task, UV_ECANCELED);
+}
+
+/* Puts a task that is IN_WHEEL into the wheel, or ends it if closing. */
+static void file_task(uvtw_wheel_t *w, uvtw_ticket_t *task) {
+  if (w->closing) {
+    settle(w, task, UV_ECANCELED);
+    return;
+  }
+  if (w->manual) {
+    uint64_t now = uvtw__clock_ms(w);
+    task->due = now + task->due < now ? UINT64_MAX : now + task->due;
+  }
+  uvtw__entry_add(w, &task->entry, uvtw__ticks_up(w, task->due));
+  w->stats.started++;
+}
+
+/* Handles one message from the queue (see the state diagram above). */
+static void take_in(uvtw_wheel_t *w, uvtw_ticket_t *task) {
+  int expected = TASK_QUEUED;
+  if (atomic_compare_exchange_strong(&task->state, &expected, TASK_IN_WHEEL)) {
+    file_task(w, task);
+    return;
+  }
+  assert(expected == TASK_CANCELLED);
+  if (uvtw_timer_is_active(&task->entry)) {
+    /* A cancel message for a task still in the wheel: unlink it and drop
+     * the loop's reference; the message's goes below. */
+    uvtw__entry_remove(w, &task->entry);
+    atomic_fetch_sub(&task->shared->cancelled_linked, 1);
+    task_unref(task);
+  }
+  /* The loop's reference of a task cancelled while queued, or the cancel
+   * message's for a task the wheel already let go of. */
+  task_unref(task);
+}
+
+static void take_in_list(uvtw_wheel_t *w, mpsc_node_t *node) {
+  while (node != NULL) {
+    mpsc_node_t *next = node->next; /* read before the node can be queued again */
+    take_in(w, container_of(node, uvtw_ticket_t, message));
+    node = next;
+  }
+}
+
+void uvtw__tasks_take_in(uvtw_wheel_t *w) {
+  mpsc_node_t *batch = uvtw__mpsc_take_all(&w->shared->queue);
+  if (batch != NULL) {
+    w->stats.remote_batches++;
+    take_in_list(w, batch);
+  }
+}
+
+void uvtw__tasks_close(uvtw_wheel_t *w) {
+  mpsc_node_t *left = uvtw__mpsc_close(&w->shared->queue);
+  gate_close(w->shared);
+  take_in_list(w, left); /* w->closing: queued tasks end with UV_ECANCELED */
+}
+
+/* ---- the public calls ------------------------------------------------------ */
+
+int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *arg,
+                  uvtw_ticket_t **ticket) {
+  if (wheel == NULL || cb == NULL)
+    return UV_EINVAL;
+  uvtw_shared_t *sh = wheel->shared;
+  bool loop_thread = on_loop_thread(sh);
+  if (loop_thread && wheel->closing)
+    return UV_ECANCELED;
+  uint64_t due = timeout;
+  if (!sh->manual) {
+    uint64_t now = uv_hrtime() / 1000000;
+    due = now + timeout < now ? UINT64_MAX : now + timeout;
+  }
+  if (!pending_take(sh))
+    return UV_ENOBUFS;
+  uvtw_ticket_t *task = malloc(sizeof *task);
+  if (task == NULL) {
+    pending_put(sh);
+    return UV_ENOMEM;
+  }
+  uvtw_timer_init(wheel, &task->entry);
+  task->entry.cb_ = uvtw__task_fire;
+  task->cb = cb;
+  task->arg = arg;
+  task->due = due;
+  task->shared = sh;
+  atomic_init(&task->refs, ticket != NULL ? 2 : 1);
+  atomic_fetch_add(&sh->refs, 1);
+  if (loop_thread) {
+    atomic_init(&task->state, TASK_IN_WHEEL);
+    file_task(wheel, task);
+  } else {
+    atomic_init(&task->state, TASK_QUEUED);
+    mpsc_push_result_t pushed = uvtw__mpsc_push(&sh->queue, &task->message);
+    if (pushed == MPSC_CLOSED) {
+      pending_put(sh);
+      uvtw__shared_release(sh);
+      free(task);
+      return UV_ECANCELED;
+    }
+    if (pushed == MPSC_PUSHED_FIRST)
+      wake_loop(sh);
+  }
+  if (ticket != NULL)
+    *ticket = task;
+  return 0;
+}
+
+int uvtw_ticket_cancel(uvtw_ticket_t *task) {
+  if (task == NULL)
+    return UV_EINVAL;
+  int state = atomic_load(&task->state);
+  do {
+    if (state == TASK_CANCELLED)
+      return 0;
+    if (state == TASK_DONE)
+      return UV_EALREADY;
+  } while (!atomic_compare_exchange_weak(&task->state, &state, TASK_CANCELLED));
+
+  uvtw_shared_t *sh = task->shared;
+  pending_put(sh);
+  atomic_fetch_add(&sh->cancels_won, 1);
+  if (state == TASK_QUEUED)
+    return 0; /* its take-in message will find it cancelled */
+  if (on_loop_thread(sh)) {
+    /* In the wheel (perhaps expired, in a pass or a close): unlink it now. */
+    uvtw__entry_remove(sh->wheel, &task->entry);
+    task_unref(task);
+    return 0;
+  }
+  /* Have the loop unlink it now rather than at its deadline. */
+  atomic_fetch_add(&sh->cancelled_linked, 1);
+  atomic_fetch_add(&task->refs, 1); /* the message's reference */
+  mpsc_push_result_t pushed = uvtw__mpsc_push(&sh->queue, &task->message);
+  if (pushed == MPSC_PUSHED_FIRST)
+    wake_loop(sh);
+  else if (pushed == MPSC_CLOSED)
+    task_unref(task); /* the closing wheel drops the entry itself */
+  return 0;
+}
+
+void uvtw_ticket_release(uvtw_ticket_t *task) {
+  if (task != NULL)
+    task_unref(task);
+}

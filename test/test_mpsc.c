@@ -69,17 +69,17 @@ int main(void) {
   for (int p = 0; p < PRODUCERS; p++)
     pthread_join(threads[p], NULL);
 
-  TAP_EQ(received, (uint64_t)PRODUCERS * PER_PRODUCER, "every pushed item arrives");
-  TAP_EQ(order_errors, 0, "each producer's items arrive in push order, none twice or missing");
-  TAP_EQ(foreign, 0, "no item arrives that was not pushed");
+  EXPECT_U64(received, (uint64_t)PRODUCERS * PER_PRODUCER, "every pushed item arrives");
+  EXPECT_U64(order_errors, 0, "each producer's items arrive in push order, none twice or missing");
+  EXPECT_U64(foreign, 0, "no item arrives that was not pushed");
   tap_ok(uvtw__mpsc_take_all(&queue) == NULL, "nothing is left after the last item");
   for (int p = 0; p < PRODUCERS; p++)
-    TAP_EQ(next_index[p], PER_PRODUCER, "producer's last item was the last received");
+    EXPECT_U64(next_index[p], PER_PRODUCER, "producer's last item was the last received");
   tap_ok(batches > 0 && (uint64_t)atomic_load(&wakeups_requested) >= batches / 2,
          "a push onto an empty queue reports it, so the consumer can be woken");
   tap_ok(atomic_load(&wakeups_requested) <= (int)(PRODUCERS * PER_PRODUCER),
          "a push onto a non-empty queue does not ask for a wake-up");
-  TAP_EQ(atomic_load(&push_failures), 0, "no push fails on an open queue");
+  EXPECT_U64(atomic_load(&push_failures), 0, "no push fails on an open queue");
 
   /* Close: what was queued comes back, later pushes fail. */
   mpsc_node_t a, b, c;

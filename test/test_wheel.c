@@ -12,7 +12,7 @@
  * checker: each invariant the checker names is broken on purpose, one at a
  * time, and the checker must report it.
  *
- * Cases run by name: `test_wheel model checker`; no argument runs all.
+ * Cases run by name: `meson test -C build wheel_model --test-args checker`.
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -176,7 +176,7 @@ static void test_model(void) {
   tap_diag("model: %" PRIu64 " steps, %" PRIu64 " inserts, %" PRIu64 " removals, %" PRIu64
            " expiries, %" PRIu64 " expired, %" PRIu64 " cascaded",
            run.steps, run.inserts, run.removes, run.expiries, run.fired, w.cascaded);
-  TAP_EQ(run.failures, 0, "model: the wheel agrees with the reference at every step");
+  EXPECT_U64(run.failures, 0, "model: the wheel agrees with the reference at every step");
   tap_ok(run.fired > 0 && w.cascaded > 0, "model: the run expired and cascaded entries");
 }
 
@@ -201,7 +201,7 @@ static void test_fifo_across_levels(void) {
   tap_ok(order[0] == &e[3].node && order[1] == &e[0].node && order[2] == &e[1].node &&
              order[3] == &e[2].node,
          "fifo: deadline order first, then the order of insertion, whichever level each passed");
-  TAP_EQ(w.count, 0, "fifo: nothing is left");
+  EXPECT_U64(w.count, 0, "fifo: nothing is left");
 }
 
 static void test_saturated(void) {
@@ -211,7 +211,7 @@ static void test_saturated(void) {
   uvtw__wheel_insert(&w, &e.node, UINT64_MAX);
   uvtw__wheel_expire(&w, UINT64_MAX - 1);
   tap_ok(uvtw__wheel_pop_expired(&w) == NULL, "saturated: UINT64_MAX does not expire before it");
-  TAP_EQ(uvtw__wheel_next_deadline_exact(&w), UINT64_MAX, "saturated: next deadline is UINT64_MAX");
+  EXPECT_U64(uvtw__wheel_next_deadline_exact(&w), UINT64_MAX, "saturated: next deadline is UINT64_MAX");
   tap_ok(uvtw__wheel_check(&w) == NULL, "saturated: the checker accepts the wheel");
 }
 
@@ -222,9 +222,9 @@ static void test_remove_clears(void) {
   uvtw__wheel_insert(&w, &a.node, 10);
   uvtw__wheel_insert(&w, &b.node, 10);
   uvtw__wheel_remove(&w, &a.node);
-  TAP_EQ(w.occupied[0], (uint64_t)1 << 10, "remove: a slot with an entry left keeps its bit");
+  EXPECT_U64(w.occupied[0], (uint64_t)1 << 10, "remove: a slot with an entry left keeps its bit");
   uvtw__wheel_remove(&w, &b.node);
-  TAP_EQ(w.occupied[0], 0, "remove: the last removal clears the slot's bit");
+  EXPECT_U64(w.occupied[0], 0, "remove: the last removal clears the slot's bit");
   uvtw__wheel_insert(&w, &a.node, 3);
   uvtw__wheel_insert(&w, &b.node, 3);
   uvtw__wheel_expire(&w, 3);
@@ -348,30 +348,15 @@ static void test_checker(void) {
   }
 }
 
-static const struct {
-  const char *name;
-  void (*run)(void);
-} cases[] = {
-    {"model", test_model},
-    {"fifo_across_levels", test_fifo_across_levels},
-    {"saturated", test_saturated},
-    {"remove_clears", test_remove_clears},
-    {"checker", test_checker},
-};
-
 int main(int argc, char **argv) {
+  static const tap_case_t cases[] = {
+      TAP_CASE(model),    TAP_CASE(fifo_across_levels), TAP_CASE(saturated),
+      TAP_CASE(remove_clears), TAP_CASE(checker),
+  };
   const char *seed_env = getenv("UVTW_SEED");
   rng_state = seed_env ? strtoull(seed_env, NULL, 10) : 0x9e3779b97f4a7c15u;
   if (rng_state == 0)
     rng_state = 1;
   tap_diag("seed %" PRIu64 " (set UVTW_SEED to repeat)", rng_state);
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    bool selected = argc < 2;
-    for (int a = 1; a < argc; a++)
-      if (strstr(cases[i].name, argv[a]) != NULL)
-        selected = true;
-    if (selected)
-      cases[i].run();
-  }
-  return tap_done();
+  return tap_run_cases(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

@@ -59,7 +59,8 @@ static const char usage_text[] =
     "  --wheel-tick-ms N           uvtw_options_t.tick_ms of the wheel (default 1)\n"
     "  --fail-accept-allocs N      fault injection: the first N connection allocations fail\n"
     "0 disables a timeout. Routes: GET|HEAD / (hello), /delay?ms=N (answer after N ms, from\n"
-    "the thread pool via uvtw_schedule), /stats (counters), POST /upload (counts the body).\n"
+    "the thread pool via uvtw_schedule), /bytes?n=N (N bytes, N <= 1048576), /stats\n"
+    "(counters); POST /upload (counts the body).\n"
     "Signals: the first SIGTERM/SIGINT stops accepting, closes idle connections, answers\n"
     "requests in flight (with 'Connection: close') and exits 0 when they are done or the\n"
     "grace period is over, printing what it dropped; a second one exits at once (128+signal).\n"
@@ -105,6 +106,7 @@ static server_config_t config = {
 #define ACCEPT_RETRY_MS 50  /* after a failed allocation at accept */
 #define URL_MAX 64
 #define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
+#define BYTES_MAX (1024 * 1024) /* the largest /bytes?n=N answer */
 
 enum close_reason {
   CLOSE_HEADERS_TIMEOUT,
@@ -216,8 +218,8 @@ typedef struct conn_s {
   timeout_t io_timeout;       /* keep-alive (IDLE), send (WRITING, DRAINING), linger */
   struct conn_s *prev, *next; /* all open connections, for shutdown */
   delay_job_t *job;           /* the /delay answer in progress, if any */
-  char *pending;              /* unparsed bytes received while answering */
-  uint32_t pending_len;
+  char *pending;              /* bytes received while answering: [pending_off, pending_len) */
+  uint32_t pending_len, pending_off;
   uint32_t head_bytes;        /* URL, header names and values of the current head */
   uint32_t header_count;
   uint32_t body_bytes;
@@ -466,7 +468,7 @@ static void conn_respond(conn_t *c, int status, const char *reason, const char *
   int send_body = c->method != HTTP_HEAD;
   /* While shutting down, or after the client's EOF, the answer to the last
    * request received closes the connection. */
-  if ((shutting_down || c->peer_ended) && c->pending_len == 0)
+  if ((shutting_down || c->peer_ended) && c->pending_off == c->pending_len)
     final = 1;
   if (!c->keep_alive)
     final = 1;
@@ -693,6 +695,17 @@ static void handle_request(conn_t *c) {
       conn_respond(c, 400, "Bad Request", "bad ms\n", 7, 0);
     else
       delay_start(c, ms);
+  } else if (get && strncmp(url, "/bytes?n=", 9) == 0) {
+    static char filler[BYTES_MAX];
+    char *end;
+    unsigned long long n = strtoull(url + 9, &end, 10);
+    if (end == url + 9 || *end != '\0' || n > BYTES_MAX) {
+      conn_respond(c, 400, "Bad Request", "bad n\n", 6, 0);
+    } else {
+      if (filler[0] == '\0')
+        memset(filler, 'x', sizeof filler);
+      conn_respond(c, 200, "OK", filler, (size_t)n, 0);
+    }
   } else if (get && strcmp(url, "/stats") == 0) {
     char body[2048];
     size_t n = format_stats(body, sizeof body - 1);
@@ -918,6 +931,11 @@ static void conn_keep_pending(conn_t *c, const char *data, size_t len) {
   char *grown;
   if (len == 0)
     return;
+  if (c->pending_off > 0) { /* drop what was parsed */
+    memmove(c->pending, c->pending + c->pending_off, c->pending_len - c->pending_off);
+    c->pending_len -= c->pending_off;
+    c->pending_off = 0;
+  }
   grown = realloc(c->pending, c->pending_len + len);
   if (grown == NULL) {
     conn_close(c, CLOSE_NO_MEMORY);
@@ -955,29 +973,41 @@ static void conn_feed(conn_t *c, const char *data, size_t len) {
 }
 
 /* The previous answer is written: wait for the next request, answering the
- * ones already received first. After the client's EOF or a shutdown signal
- * only requests received in full are answered. */
+ * ones already received first (parsed in place, one at a time). After the
+ * client's EOF or a shutdown signal only requests received in full are
+ * answered. Reading resumes once the bytes kept are under PENDING_MAX. */
 static void conn_resume(conn_t *c) {
-  char *pending = c->pending;
-  uint32_t pending_len = c->pending_len;
   int closing = shutting_down || c->peer_ended;
   c->state = ST_IDLE;
-  c->pending = NULL;
-  c->pending_len = 0;
-  if (!closing) {
+  if (!closing)
     timeout_start(&c->io_timeout, on_keep_alive_timeout, config.keep_alive_timeout);
-    if (!c->reading && conn_read_start(c) != 0) {
-      free(pending);
-      conn_close(c, CLOSE_PEER);
+  while (c->pending_off < c->pending_len && (c->state == ST_IDLE || c->state == ST_READING)) {
+    size_t used;
+    int r = parser_feed(c, c->pending + c->pending_off, c->pending_len - c->pending_off, &used);
+    if (c->state == ST_CLOSING)
       return;
+    if (r < 0) {
+      conn_fail(c, c->error_status != 0 ? c->error_status : 400);
+      break;
     }
+    c->pending_off += (uint32_t)used;
+    if (r == 1 && c->state == ST_HANDLING)
+      handle_request(c);
   }
-  if (pending != NULL) {
-    conn_feed(c, pending, pending_len);
-    free(pending);
+  if (c->state == ST_CLOSING)
+    return;
+  if (c->pending_off == c->pending_len) {
+    free(c->pending);
+    c->pending = NULL;
+    c->pending_len = c->pending_off = 0;
   }
-  if (closing && (c->state == ST_IDLE || c->state == ST_READING))
-    conn_close(c, shutting_down ? CLOSE_SHUTDOWN : CLOSE_PEER);
+  if (closing) {
+    if (c->state == ST_IDLE || c->state == ST_READING)
+      conn_close(c, shutting_down ? CLOSE_SHUTDOWN : CLOSE_PEER);
+    return;
+  }
+  if (!c->reading && c->pending_len - c->pending_off <= PENDING_MAX && conn_read_start(c) != 0)
+    conn_close(c, CLOSE_PEER);
 }
 
 /* ---- Connections ------------------------------------------------------------ */
@@ -1052,7 +1082,7 @@ static void conn_close(conn_t *c, enum close_reason reason) {
   }
   free(c->pending);
   c->pending = NULL;
-  c->pending_len = 0;
+  c->pending_len = c->pending_off = 0;
   if (c->prev != NULL)
     c->prev->next = c->next;
   else

@@ -1,0 +1,152 @@
+'use strict';
+// Resources under clients that do not play along (TAP).
+// usage: node test_http_resources.js PATH/TO/http_server
+//
+// 1. Pipelining clients that never read (GET /bytes?n=65536 over and over):
+//    the server answers until the client's receive buffer and its own send
+//    buffer are full, keeps at most PENDING_MAX bytes of further requests,
+//    stops reading, and closes each connection when its queued response has
+//    waited --send-timeout.
+// 2. Accept without memory (injected with --fail-accept-allocs N): the
+//    connection waits in the listener and is taken when memory returns; the
+//    server neither drops it nor spins meanwhile.
+// 3. Accept without descriptors (the server under `ulimit -n 40`): libuv
+//    drops the connections it cannot take, the server does not spin, and it
+//    serves again once descriptors are free.
+// Loopback only; about 10 s.
+const { once } = require('events');
+const fs = require('fs');
+const http = require('http');
+const t = require('./http_test_lib');
+
+const exe = process.argv[2];
+const H = `Host: ${t.HOST}\r\n`;
+
+// CPU seconds (user + system) the process has used so far.
+function cpuSeconds(pid) {
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ 100)
+}
+
+function get(port, pathname, timeoutMs = 5000) {
+  return new Promise((resolve) => {
+    const t0 = performance.now();
+    const req = http.get({ host: t.HOST, port, path: pathname, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => resolve({ status: res.statusCode, body, ms: performance.now() - t0 }));
+    });
+    req.setTimeout(timeoutMs, () => req.destroy(new Error('timeout')));
+    req.on('error', (e) => resolve({ status: 0, error: e.code || e.message, ms: performance.now() - t0 }));
+  });
+}
+
+async function nonReaders() {
+  const SEND_TIMEOUT = 500;
+  const N = 20;
+  const server = await t.startServer(exe, ['--send-timeout', String(SEND_TIMEOUT)]);
+  const before = await t.stats(server);
+  // 64 KiB answers fill the client's receive buffer and the server's send
+  // buffer after a few hundred requests.
+  const chunk = Buffer.from(`GET /bytes?n=65536 HTTP/1.1\r\n${H}\r\n`.repeat(100));
+  const clients = await Promise.all(Array.from({ length: N }, async () => {
+    const c = await t.connect(server.port, { timeoutMs: 20000 });
+    c.sock.pause(); // never reads
+    let sent = 0;
+    // Write until the connection stays full for 300 ms (at most 64 MiB).
+    while (sent < 64 * 1024 * 1024 && c.ended === null) {
+      sent += chunk.length;
+      if (!c.sock.write(chunk)) {
+        const drained = await Promise.race([once(c.sock, 'drain').then(() => true), t.sleep(300).then(() => false)]);
+        if (!drained) break;
+      }
+    }
+    c.stalledAt = performance.now();
+    c.sent = sent;
+    return c;
+  }));
+  const stalled = Math.max(...clients.map((c) => c.stalledAt));
+  const mid = await t.stats(server);
+  const st = await t.waitStats(server, (s) => s.closed_send_timeout >= N, SEND_TIMEOUT + 5000);
+  const closedAfter = performance.now() - stalled;
+  const sentMiB = clients.reduce((a, c) => a + c.sent, 0) / (1024 * 1024);
+  t.diag(`non-readers: ${N} clients pipelined ${sentMiB.toFixed(1)} MiB without reading; ` +
+    `when the last stalled the server had ${mid.open} open, rss ${mid.rss_kib} KiB (${before.rss_kib} before); ` +
+    `closed_send_timeout=${st.closed_send_timeout} ${closedAfter.toFixed(0)} ms after the last client stalled`);
+  t.eq(st.closed_send_timeout, N, `non-readers: all ${N} closed by the send timeout`);
+  t.ok(closedAfter <= SEND_TIMEOUT + 2000,
+    `non-readers: closed within send timeout + 2 s of the last stall (${closedAfter.toFixed(0)} ms)`);
+  t.ok(mid.rss_kib - before.rss_kib < 32 * 1024,
+    `non-readers: server memory bounded while they were stuck (+${mid.rss_kib - before.rss_kib} KiB for ${sentMiB.toFixed(1)} MiB sent)`);
+  // The clients see the close once they read.
+  for (const c of clients) c.sock.resume();
+  await Promise.race([Promise.all(clients.map((c) => c.done)), t.sleep(3000)]);
+  t.ok(clients.every((c) => c.ended !== null && c.ended !== 'timeout'),
+    'non-readers: each client finds its connection closed when it reads',
+    clients.map((c) => c.ended).join(' '));
+  t.eq(st.early_fires, 0, 'non-readers: no timeout fired before its deadline');
+  server.proc.kill('SIGTERM');
+  t.eq((await server.exited).code, 0, 'non-readers: server exits 0 on SIGTERM');
+}
+
+async function acceptNoMemory() {
+  const FAILS = 40; // 40 retries 50 ms apart: 2 s without memory
+  const server = await t.startServer(exe, ['--fail-accept-allocs', String(FAILS)]);
+  const cpu0 = cpuSeconds(server.proc.pid);
+  const first = await get(server.port, '/', 10000);
+  const cpu = cpuSeconds(server.proc.pid) - cpu0;
+  t.ok(first.status === 200 && first.body === 'hello\n',
+    `no memory at accept: the waiting connection is served once memory returns (${first.ms.toFixed(0)} ms)`,
+    JSON.stringify(first));
+  t.ok(cpu < 0.3, `no memory at accept: no spinning meanwhile (${cpu.toFixed(2)} s of CPU in ${(first.ms / 1000).toFixed(1)} s)`);
+  const more = await Promise.all(Array.from({ length: 20 }, () => get(server.port, '/')));
+  t.ok(more.every((r) => r.status === 200), 'no memory at accept: then 20 more clients are served',
+    JSON.stringify(more.filter((r) => r.status !== 200)));
+  const st = await t.stats(server);
+  t.eq(st.accept_nomem, FAILS, 'no memory at accept: every injected failure was counted');
+  t.eq(st.accepted, 22, 'no memory at accept: every connection was accepted once (1 + 20 + /stats)');
+  server.proc.kill('SIGTERM');
+  t.eq((await server.exited).code, 0, 'no memory at accept: server exits 0 on SIGTERM');
+}
+
+async function acceptNoDescriptors() {
+  const LIMIT = 40;
+  const HELD = 60;
+  const server = await t.startServer(exe, [], ['sh', '-c', `ulimit -n ${LIMIT} && exec "$0" "$@"`]);
+  const held = [];
+  for (let i = 0; i < HELD; i++) {
+    try { held.push(await t.connect(server.port, { timeoutMs: 15000 })); } catch (e) { /* refused: counted below */ }
+  }
+  await t.sleep(300);
+  const cpu0 = cpuSeconds(server.proc.pid);
+  await t.sleep(1000);
+  const cpu = cpuSeconds(server.proc.pid) - cpu0;
+  const dropped = held.filter((c) => c.ended !== null).length;
+  t.ok(dropped > 0 && dropped < HELD,
+    `no descriptors: of ${HELD} connections the server took some and libuv dropped the rest (${dropped})`);
+  t.ok(cpu < 0.2, `no descriptors: no spinning while out of descriptors (${cpu.toFixed(2)} s of CPU in 1 s)`);
+  for (const c of held) c.sock.destroy();
+  let r = { status: 0 };
+  const t0 = performance.now();
+  while (r.status !== 200 && performance.now() - t0 < 3000) {
+    r = await get(server.port, '/', 1000);
+    if (r.status !== 200) await t.sleep(50);
+  }
+  t.eq(r.status, 200, `no descriptors: served again once they are free (${(performance.now() - t0).toFixed(0)} ms)`);
+  const st = await t.stats(server);
+  // libuv's reserve descriptor takes and closes what cannot be accepted, and
+  // reports EMFILE to the server only if that fails: accept_errors may be 0.
+  t.diag(`no descriptors: accepted=${st.accepted} accept_errors=${st.accept_errors} open=${st.open}`);
+  t.eq(st.open, 1, 'no descriptors: nothing left open but the /stats connection');
+  server.proc.kill('SIGTERM');
+  t.eq((await server.exited).code, 0, 'no descriptors: server exits 0 on SIGTERM');
+}
+
+async function main() {
+  await nonReaders();
+  await acceptNoMemory();
+  await acceptNoDescriptors();
+}
+
+t.run(main, 50000);

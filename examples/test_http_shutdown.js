@@ -1,0 +1,137 @@
+'use strict';
+// Graceful shutdown (TAP). usage: node test_http_shutdown.js PATH/TO/http_server
+//
+// 1. Drain: 100 clients each wait for GET /delay?ms=1000, one client has two
+//    such requests pipelined, 20 keep-alive clients are idle. On SIGTERM the
+//    server stops accepting, closes the idle ones at once, answers every
+//    request it had received in full (the last answer on each connection with
+//    `Connection: close`), and exits 0 when the last one is written.
+// 2. Grace period: requests that would take longer than --shutdown-grace are
+//    dropped when it ends; the server says how many and exits 0.
+// 3. A second signal exits at once (status 128 + the signal).
+// The signal is sent once the server's /stats show every request taken in,
+// so nothing depends on a sleep. Loopback only; about 5 s.
+const net = require('net');
+const t = require('./http_test_lib');
+
+const exe = process.argv[2];
+const H = `Host: ${t.HOST}\r\n`;
+
+function refused(port) {
+  return new Promise((resolve) => {
+    const s = net.connect({ host: t.HOST, port });
+    s.on('connect', () => { s.destroy(); resolve('connected'); });
+    s.on('error', (e) => resolve(e.code));
+  });
+}
+
+async function drain() {
+  const DELAY = 1000;
+  const BUSY = 100;
+  const IDLE = 20;
+  const server = await t.startServer(exe, []);
+  const idle = [];
+  for (let i = 0; i < IDLE; i++) {
+    const c = await t.connect(server.port);
+    c.sock.write(`GET / HTTP/1.1\r\n${H}\r\n`);
+    await t.waitData(c, (d) => t.parseResponses(d).responses.length === 1);
+    idle.push(c);
+  }
+  const busy = [];
+  for (let i = 0; i < BUSY; i++) {
+    const c = await t.connect(server.port);
+    c.sock.write(`GET /delay?ms=${DELAY} HTTP/1.1\r\n${H}\r\n`);
+    busy.push(c);
+  }
+  const piped = await t.connect(server.port);
+  piped.sock.write(`GET /delay?ms=${DELAY} HTTP/1.1\r\n${H}\r\nGET /delay?ms=100 HTTP/1.1\r\n${H}\r\n`);
+  // Every /delay request has been taken in (its task is on the wheel).
+  const st = await t.waitStats(server, (s) => s.delay_scheduled >= BUSY + 1, 5000);
+  t.eq(st.delay_scheduled, BUSY + 1, `drain: the server holds ${BUSY + 1} /delay requests before the signal`);
+
+  const sig = performance.now();
+  server.proc.kill('SIGTERM');
+  await Promise.race([Promise.all(idle.map((c) => c.done)), t.sleep(DELAY / 2)]);
+  const idleClosed = idle.filter((c) => c.ended === 'end' && c.endedAt - sig < DELAY / 2).length;
+  t.eq(idleClosed, IDLE, `drain: the ${IDLE} idle keep-alive connections are closed at once`);
+  t.eq(await refused(server.port), 'ECONNREFUSED', 'drain: new connections are refused');
+
+  await Promise.all([...busy, piped].map((c) => c.done));
+  const exit = await server.exited;
+  let answered = 0;
+  let withClose = 0;
+  let cleanEnd = 0;
+  for (const c of busy) {
+    const r = t.parseResponses(c.data).responses;
+    if (r.length === 1 && r[0].status === 200 && r[0].body === `delayed ${DELAY} ms\n`) answered++;
+    if (r.length === 1 && r[0].headers.connection === 'close') withClose++;
+    if (c.ended === 'end') cleanEnd++;
+  }
+  t.eq(answered, BUSY, `drain: every request in flight answered (${answered} of ${BUSY})`);
+  t.eq(withClose, BUSY, 'drain: each answer says Connection: close');
+  t.eq(cleanEnd, BUSY, 'drain: each connection then closed cleanly');
+  const pr = t.parseResponses(piped.data).responses;
+  t.ok(pr.length === 2 && pr[0].headers.connection === 'keep-alive' && pr[1].headers.connection === 'close' &&
+    pr[1].body === 'delayed 100 ms\n',
+  'drain: a pipelined request received before the signal is answered too, the last answer closing',
+  piped.data.toString('latin1'));
+  const exitMs = exit.at - sig;
+  t.eq(exit.code, 0, 'drain: the server exits 0');
+  t.ok(exitMs >= DELAY - 50 && exitMs < DELAY + 2000,
+    `drain: it exits once the last answer is written (${exitMs.toFixed(0)} ms after SIGTERM)`);
+  const line = /^shutdown: .*$/m.exec(server.out);
+  t.diag(line ? line[0] : 'no shutdown line');
+  t.ok(line && / dropped 0 /.test(line[0]) && new RegExp(`answered ${BUSY + 2} `).test(line[0]),
+    `drain: the server reports ${BUSY + 2} answered, 0 dropped`, server.out);
+}
+
+async function grace() {
+  const GRACE = 300;
+  const N = 10;
+  const server = await t.startServer(exe, ['--shutdown-grace', String(GRACE)]);
+  const cs = [];
+  for (let i = 0; i < N; i++) {
+    const c = await t.connect(server.port);
+    c.sock.write(`GET /delay?ms=5000 HTTP/1.1\r\n${H}\r\n`);
+    cs.push(c);
+  }
+  await t.waitStats(server, (s) => s.delay_scheduled >= N, 5000);
+  const sig = performance.now();
+  server.proc.kill('SIGTERM');
+  const exit = await server.exited;
+  await Promise.all(cs.map((c) => c.done));
+  const exitMs = exit.at - sig;
+  t.eq(exit.code, 0, 'grace: the server exits 0 when the grace period ends');
+  t.ok(exitMs >= GRACE - 5 && exitMs < GRACE + 1000,
+    `grace: after --shutdown-grace ${GRACE} ms (${exitMs.toFixed(0)} ms)`);
+  t.ok(cs.every((c) => c.data.length === 0 && c.ended !== 'timeout'),
+    'grace: the unanswered connections are closed');
+  const line = /^shutdown: .*$/m.exec(server.out);
+  t.diag(line ? line[0] : 'no shutdown line');
+  t.ok(line && new RegExp(` dropped ${N} `).test(line[0]), `grace: the server reports ${N} dropped`, server.out);
+}
+
+async function secondSignal() {
+  const server = await t.startServer(exe, []);
+  const c = await t.connect(server.port);
+  c.sock.write(`GET /delay?ms=5000 HTTP/1.1\r\n${H}\r\n`);
+  await t.waitStats(server, (s) => s.delay_scheduled >= 1, 5000);
+  server.proc.kill('SIGTERM');
+  await t.sleep(100);
+  t.eq(server.exit, null, 'second signal: after the first the server still waits for its request');
+  const sig = performance.now();
+  server.proc.kill('SIGINT');
+  const exit = await server.exited;
+  const exitMs = exit.at - sig;
+  t.eq(exit.code, 128 + 2, 'second signal: exits with 128 + SIGINT');
+  t.ok(exitMs < 500, `second signal: at once (${exitMs.toFixed(0)} ms)`);
+  await c.done;
+}
+
+async function main() {
+  await drain();
+  await grace();
+  await secondSignal();
+}
+
+t.run(main, 30000);

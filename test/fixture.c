@@ -177,17 +177,9 @@ void log_reset(void) {
   g_log[0] = '\0';
 }
 
-static uint64_t wheel_time(uvtw_wheel_t *wheel) {
-#if UVTW_VERSION_MINOR >= 2
-  return uvtw_wheel_now(wheel);
-#else
-  return uv_now(uvtw_wheel_loop(wheel));
-#endif
-}
-
 void probe_cb(uvtw_timer_t *timer) {
   probe_t *p = timer->data;
-  uint64_t now = wheel_time(p->wheel);
+  uint64_t now = uvtw_wheel_now(p->wheel);
   int k = p->fires < PROBE_FIRES_KEPT ? p->fires : PROBE_FIRES_KEPT - 1;
   p->fires++;
   p->now[k] = now;
@@ -215,7 +207,7 @@ void probe_init(uvtw_wheel_t *wheel, probe_t *p, char name, probe_action action)
 }
 
 int probe_start(probe_t *p, uint64_t timeout, uint64_t repeat) {
-  p->deadline = wheel_time(p->wheel) + timeout;
+  p->deadline = uvtw_wheel_now(p->wheel) + timeout;
   return uvtw_timer_start(&p->timer, probe_cb, timeout, repeat);
 }
 

@@ -124,9 +124,526 @@ static void test_self_restart_zero_alone(void) {
 }
 
 
+/* ---- Each uv_run mode against a uv_timer_t twin (issue 16) -----------------
+ * A script of starts, references and uv_run calls is played twice, each time
+ * on a loop of its own: once with wheel timers, once with uv_timer_t twins.
+ * The return value of every uv_run and which timers had fired after it must
+ * be the same, on whatever libuv the test runs on. Separate loops, because
+ * a referenced twin on the same loop would keep it alive for the wheel. An
+ * unreferenced wheel is played by twins that are all uv_unref'd. */
+
+typedef enum { KIND_WHEEL, KIND_UV } alive_kind_t;
+
+enum { AL_TIMERS = 2, AL_RUNS = 8 };
+
+typedef struct alive_env_s {
+  fx_t f;
+  alive_kind_t kind;
+  uvtw_timer_t wt[AL_TIMERS];
+  uv_timer_t ut[AL_TIMERS];
+  uv_timer_t stopper; /* unreferenced: calls uv_stop */
+  uv_timer_t keeper;  /* referenced: keeps the loop alive for a while */
+  int timer_ref[AL_TIMERS];
+  int wheel_ref;
+  int stop_in_cb[AL_TIMERS];
+  int fired[AL_TIMERS];
+  int runs;
+  int run_mode[AL_RUNS];
+  int run_result[AL_RUNS];
+  int fired_after[AL_RUNS][AL_TIMERS];
+} alive_env_t;
+
+static alive_env_t *al;
+
+static void al_fired(int i) {
+  al->fired[i]++;
+  if (al->stop_in_cb[i])
+    uv_stop(&al->f.loop);
+}
+
+static void al_wheel_cb(uvtw_timer_t *timer) {
+  al_fired((int)(timer - al->wt));
+}
+
+static void al_uv_cb(uv_timer_t *handle) {
+  al_fired((int)(handle - al->ut));
+}
+
+static void al_stopper_cb(uv_timer_t *handle) {
+  uv_stop(handle->loop);
+}
+
+static void al_keeper_cb(uv_timer_t *handle) {
+  (void)handle;
+}
+
+/* A twin is referenced when its timer is and the "wheel" is. */
+static void al_apply_uv_ref(int i) {
+  if (al->timer_ref[i] && al->wheel_ref)
+    uv_ref((uv_handle_t *)&al->ut[i]);
+  else
+    uv_unref((uv_handle_t *)&al->ut[i]);
+}
+
+static void al_start(int i, uint64_t timeout) {
+  if (al->kind == KIND_WHEEL) {
+    uvtw_timer_start(&al->wt[i], al_wheel_cb, timeout, 0);
+  } else {
+    uv_timer_start(&al->ut[i], al_uv_cb, timeout, 0);
+    al_apply_uv_ref(i);
+  }
+}
+
+static void al_timer_unref(int i) {
+  al->timer_ref[i] = 0;
+  if (al->kind == KIND_WHEEL)
+    uvtw_timer_unref(&al->wt[i]);
+  else
+    al_apply_uv_ref(i);
+}
+
+static void al_timer_ref(int i) {
+  al->timer_ref[i] = 1;
+  if (al->kind == KIND_WHEEL)
+    uvtw_timer_ref(&al->wt[i]);
+  else
+    al_apply_uv_ref(i);
+}
+
+static void al_wheel_set_ref(int ref) {
+  al->wheel_ref = ref;
+  if (al->kind == KIND_WHEEL) {
+    if (ref)
+      uvtw_wheel_ref(al->f.wheel);
+    else
+      uvtw_wheel_unref(al->f.wheel);
+  } else {
+    for (int i = 0; i < AL_TIMERS; i++)
+      al_apply_uv_ref(i);
+  }
+}
+
+static void al_stop_at(uint64_t ms) {
+  uv_timer_start(&al->stopper, al_stopper_cb, ms, 0);
+}
+
+static void al_keep_for(uint64_t ms) {
+  uv_timer_start(&al->keeper, al_keeper_cb, ms, 0);
+}
+
+static void al_run(uv_run_mode mode) {
+  int k = al->runs < AL_RUNS ? al->runs : AL_RUNS - 1;
+  al->run_mode[k] = (int)mode;
+  al->run_result[k] = uv_run(&al->f.loop, mode);
+  for (int i = 0; i < AL_TIMERS; i++)
+    al->fired_after[k][i] = al->fired[i];
+  al->runs++;
+}
+
+static const char *mode_name(int mode) {
+  return mode == UV_RUN_DEFAULT ? "DEFAULT" : mode == UV_RUN_ONCE ? "ONCE" : "NOWAIT";
+}
+
+static void al_describe(const alive_env_t *e, const char *who) {
+  char line[400];
+  size_t used = 0;
+  for (int k = 0; k < e->runs && k < AL_RUNS && used < sizeof line; k++)
+    used += (size_t)snprintf(line + used, sizeof line - used, " %s->%d fired[%d,%d]",
+                             mode_name(e->run_mode[k]), e->run_result[k], e->fired_after[k][0],
+                             e->fired_after[k][1]);
+  tap_diag("  %s:%s", who, used ? line : " no uv_run");
+}
+
+static bool al_play(alive_env_t *e, alive_kind_t kind, const char *T, void (*script)(void)) {
+  memset(e, 0, sizeof *e);
+  e->kind = kind;
+  e->wheel_ref = 1;
+  if (!fx_open(&e->f, T, NULL))
+    return false;
+  al = e;
+  for (int i = 0; i < AL_TIMERS; i++) {
+    e->timer_ref[i] = 1;
+    uvtw_timer_init(e->f.wheel, &e->wt[i]);
+    uv_timer_init(&e->f.loop, &e->ut[i]);
+  }
+  uv_timer_init(&e->f.loop, &e->stopper);
+  uv_unref((uv_handle_t *)&e->stopper);
+  uv_timer_init(&e->f.loop, &e->keeper);
+  script();
+  for (int i = 0; i < AL_TIMERS; i++) {
+    uvtw_timer_stop(&e->wt[i]);
+    fx_close_handle(&e->ut[i]);
+  }
+  fx_close_handle(&e->stopper);
+  fx_close_handle(&e->keeper);
+  if (!e->wheel_ref)
+    uvtw_wheel_ref(e->f.wheel);
+  fx_close(&e->f);
+  al = NULL;
+  return true;
+}
+
+static bool al_same(const alive_env_t *a, const alive_env_t *b) {
+  bool same = a->runs == b->runs && a->runs <= AL_RUNS;
+  for (int k = 0; same && k < a->runs; k++) {
+    same &= a->run_result[k] == b->run_result[k];
+    for (int i = 0; i < AL_TIMERS; i++)
+      same &= a->fired_after[k][i] == b->fired_after[k][i];
+  }
+  return same;
+}
+
+enum { AL_ATTEMPTS = 3 };
+
+/* Plays `script` with wheel timers and with uv_timer_t twins; one check.
+ * The two plays run one after the other, so a scheduling hiccup can hit one
+ * and not the other (a wakeup late past the next deadline, or an early
+ * return from uv_run(ONCE), which libuv shows with uv_timer_ts alone): a
+ * mismatch is played again, up to AL_ATTEMPTS times. A real difference
+ * shows on every attempt. */
+static void alive_compare(const char *T, void (*script)(void)) {
+  static alive_env_t wheel_env, uv_env;
+  bool same = false;
+  int attempt;
+  for (attempt = 1; attempt <= AL_ATTEMPTS && !same; attempt++) {
+    if (!al_play(&wheel_env, KIND_WHEEL, T, script) || !al_play(&uv_env, KIND_UV, T, script))
+      return;
+    same = al_same(&wheel_env, &uv_env);
+    if (!same && attempt < AL_ATTEMPTS) {
+      tap_diag("  %s: attempt %d differs, played again:", T, attempt);
+      al_describe(&uv_env, "uv_timer_t");
+      al_describe(&wheel_env, "wheel     ");
+    }
+  }
+  if (!tap_ok(same,
+              "%s: every uv_run returns what it returns with uv_timer_t twins, and the same "
+              "timers have fired after it (libuv %s)",
+              T, uv_version_string())) {
+    tap_diag("  uv_run mode->return value, and fire counts of timers 0 and 1 after it:");
+    al_describe(&uv_env, "expected (uv_timer_t)");
+    al_describe(&wheel_env, "got (wheel)     ");
+  }
+}
+
+static void script_default(void) {
+  al_start(0, 5);
+  al_run(UV_RUN_DEFAULT);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void script_default_zero(void) {
+  al_start(0, 0);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void script_once(void) {
+  al_start(0, 5);
+  al_start(1, 30);
+  al_run(UV_RUN_ONCE);
+  al_run(UV_RUN_ONCE);
+  al_run(UV_RUN_ONCE);
+}
+
+static void script_once_zero(void) {
+  al_start(0, 0);
+  al_run(UV_RUN_ONCE);
+  al_run(UV_RUN_ONCE);
+}
+
+static void script_nowait(void) {
+  al_start(0, 5);
+  al_run(UV_RUN_NOWAIT);
+  fx_sleep_ms(10);
+  al_run(UV_RUN_NOWAIT);
+  al_run(UV_RUN_NOWAIT);
+}
+
+static void script_nowait_zero(void) {
+  al_start(0, 0);
+  al_run(UV_RUN_NOWAIT);
+  al_run(UV_RUN_NOWAIT);
+}
+
+static void script_stop_then_run(void) {
+  al_start(0, 20);
+  al_stop_at(5);
+  al_run(UV_RUN_DEFAULT);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void script_stop_in_callback(void) {
+  al->stop_in_cb[0] = 1;
+  al_start(0, 5);
+  al_start(1, 15);
+  al_run(UV_RUN_DEFAULT);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void script_stop_in_callback_zero(void) {
+  al->stop_in_cb[0] = 1;
+  al_start(0, 0);
+  al_start(1, 0);
+  al_run(UV_RUN_DEFAULT);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void script_stop_then_once(void) {
+  al_start(0, 10);
+  al_stop_at(3);
+  al_run(UV_RUN_DEFAULT);
+  al_run(UV_RUN_ONCE);
+  al_run(UV_RUN_ONCE);
+}
+
+static void script_wheel_unref(void) {
+  al_wheel_set_ref(0);
+  al_start(0, 5);
+  al_run(UV_RUN_DEFAULT);
+  al_run(UV_RUN_ONCE);
+  al_run(UV_RUN_NOWAIT);
+  fx_sleep_ms(10);
+  al_run(UV_RUN_NOWAIT);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void script_wheel_unref_kept(void) {
+  al_wheel_set_ref(0);
+  al_start(0, 5);
+  al_keep_for(20);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void script_wheel_unref_then_ref(void) {
+  al_wheel_set_ref(0);
+  al_start(0, 5);
+  al_run(UV_RUN_DEFAULT);
+  al_wheel_set_ref(1);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void test_alive_default(void) {
+  alive_compare("uv_run(DEFAULT), timeout 5", script_default);
+  alive_compare("uv_run(DEFAULT), timeout 0", script_default_zero);
+}
+
+static void test_alive_once(void) {
+  alive_compare("uv_run(ONCE), timeouts 5 and 30", script_once);
+  alive_compare("uv_run(ONCE), timeout 0", script_once_zero);
+}
+
+static void test_alive_nowait(void) {
+  alive_compare("uv_run(NOWAIT), timeout 5", script_nowait);
+  alive_compare("uv_run(NOWAIT), timeout 0", script_nowait_zero);
+}
+
+static void test_alive_stop(void) {
+  alive_compare("uv_stop from a uv_timer_t, then uv_run(DEFAULT)", script_stop_then_run);
+  alive_compare("uv_stop inside a timer callback, then uv_run(DEFAULT)", script_stop_in_callback);
+  alive_compare("uv_stop inside a 0 ms timer's callback, then uv_run(DEFAULT)",
+                script_stop_in_callback_zero);
+  alive_compare("uv_stop from a uv_timer_t, then uv_run(ONCE)", script_stop_then_once);
+}
+
+static void test_alive_wheel_unref(void) {
+  alive_compare("unreferenced wheel, every mode", script_wheel_unref);
+  alive_compare("unreferenced wheel, loop kept alive by another handle", script_wheel_unref_kept);
+  alive_compare("unreferenced wheel referenced again", script_wheel_unref_then_ref);
+}
+
+/* ---- Per-timer references ------------------------------------------------ */
+
+static void script_timer_unref(void) {
+  al_start(0, 5);
+  al_timer_unref(0);
+  al_run(UV_RUN_DEFAULT);
+  al_run(UV_RUN_ONCE);
+  fx_sleep_ms(10);
+  al_run(UV_RUN_NOWAIT);
+}
+
+static void script_unref_before_start(void) {
+  al_timer_unref(0);
+  al_start(0, 5);
+  al_run(UV_RUN_DEFAULT);
+  al_keep_for(15);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void script_unref_then_ref_mix(void) {
+  al_start(0, 5);
+  al_timer_unref(0);
+  al_start(1, 15);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void script_ref_then_unref_mix(void) {
+  al_start(0, 5);
+  al_start(1, 15);
+  al_timer_unref(1);
+  al_run(UV_RUN_DEFAULT);
+  al_keep_for(30);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void script_mix_once(void) {
+  al_start(0, 5);
+  al_timer_unref(0);
+  al_start(1, 30);
+  al_run(UV_RUN_ONCE);
+  al_run(UV_RUN_ONCE);
+  al_run(UV_RUN_ONCE);
+}
+
+static void script_mix_nowait(void) {
+  al_start(0, 0);
+  al_timer_unref(0);
+  al_start(1, 10);
+  al_run(UV_RUN_NOWAIT);
+  fx_sleep_ms(15);
+  al_run(UV_RUN_NOWAIT);
+  al_run(UV_RUN_NOWAIT);
+}
+
+static void script_mix_stop(void) {
+  al->stop_in_cb[0] = 1;
+  al_start(0, 5);
+  al_start(1, 15);
+  al_timer_unref(1);
+  al_run(UV_RUN_DEFAULT);
+  al_run(UV_RUN_DEFAULT);
+  al_timer_ref(1);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void script_unref_wheel_ref_timer(void) {
+  al_wheel_set_ref(0);
+  al_start(0, 5);
+  al_start(1, 10);
+  al_timer_unref(1);
+  al_run(UV_RUN_DEFAULT);
+  al_wheel_set_ref(1);
+  al_run(UV_RUN_DEFAULT);
+  al_keep_for(20);
+  al_run(UV_RUN_DEFAULT);
+}
+
+static void test_alive_timer_unref(void) {
+  alive_compare("unreferenced timer, every mode", script_timer_unref);
+  alive_compare("timer unreferenced before its start", script_unref_before_start);
+  alive_compare("unreferenced 5 ms and referenced 15 ms timers, DEFAULT", script_unref_then_ref_mix);
+  alive_compare("referenced 5 ms and unreferenced 15 ms timers, DEFAULT",
+                script_ref_then_unref_mix);
+  alive_compare("unreferenced 5 ms and referenced 30 ms timers, ONCE", script_mix_once);
+  alive_compare("unreferenced 0 ms and referenced 10 ms timers, NOWAIT", script_mix_nowait);
+  alive_compare("uv_stop in a callback with an unreferenced timer pending", script_mix_stop);
+  alive_compare("unreferenced wheel holding referenced and unreferenced timers",
+                script_unref_wheel_ref_timer);
+}
+
+/* ---- uvtw_timer_ref / unref / has_ref ----------------------------------------- */
+
+static int ref_fires;
+static int ref_has_ref_in_cb;
+
+static void ref_cb(uvtw_timer_t *timer) {
+  ref_fires++;
+  ref_has_ref_in_cb = uvtw_timer_has_ref(timer);
+}
+
+static void test_timer_ref_semantics(void) {
+  const char *T = "timer ref/unref";
+  fx_t f;
+  uvtw_timer_t a, b;
+  aux_t keep;
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  a.data = &f;
+  uvtw_timer_init(f.wheel, &a);
+  uvtw_timer_init(f.wheel, &b);
+  EXPECT_U64(!!uvtw_timer_has_ref(&a), 1, "%s: init makes a timer referenced", T);
+  tap_ok(a.data == &f, "%s: init leaves data alone", T);
+  uvtw_timer_unref(&a);
+  EXPECT_U64(!!uvtw_timer_has_ref(&a), 0, "%s: unref makes it unreferenced", T);
+  uvtw_timer_unref(&a);
+  EXPECT_U64(!!uvtw_timer_has_ref(&a), 0, "%s: unref twice: still unreferenced", T);
+  uvtw_timer_ref(&a);
+  EXPECT_U64(!!uvtw_timer_has_ref(&a), 1,
+             "%s: unref twice then ref once: referenced (not counted, like uv_ref)", T);
+  uvtw_timer_ref(&a);
+  EXPECT_U64(!!uvtw_timer_has_ref(&a), 1, "%s: ref twice: referenced", T);
+
+  uvtw_timer_unref(&a);
+  uvtw_timer_start(&a, ref_cb, 100, 0);
+  EXPECT_U64(!!uvtw_timer_has_ref(&a), 0, "%s: the setting survives a start", T);
+  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
+             "%s: an active unreferenced timer alone does not keep the loop alive", T);
+  uvtw_timer_stop(&a);
+  uvtw_timer_start(&a, ref_cb, 100, 0);
+  EXPECT_U64(!!uvtw_timer_has_ref(&a), 0, "%s: the setting survives stop and start", T);
+  EXPECT_U64(!!uv_loop_alive(&f.loop), 0, "%s: ... and the loop is still not kept alive", T);
+  uvtw_timer_ref(&a);
+  EXPECT_U64(!!uv_loop_alive(&f.loop), 1,
+             "%s: ref on the active timer makes it keep the loop alive at once", T);
+  uvtw_timer_unref(&a);
+  EXPECT_U64(!!uv_loop_alive(&f.loop), 0, "%s: unref on the active timer undoes that at once", T);
+
+  uvtw_timer_start(&b, ref_cb, 200, 0);
+  EXPECT_U64(!!uv_loop_alive(&f.loop), 1,
+             "%s: a referenced timer beside an unreferenced one keeps the loop alive", T);
+  uvtw_timer_stop(&b);
+  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
+             "%s: stopping the referenced one leaves only the unreferenced one: not alive", T);
+  uvtw_timer_start(&b, ref_cb, 50, 0);
+  uvtw_timer_unref(&b);
+  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
+             "%s: both unreferenced (the earlier one unreferenced after its start): not alive", T);
+  uvtw_timer_ref(&a);
+  EXPECT_U64(!!uv_loop_alive(&f.loop), 1,
+             "%s: the later timer referenced again: alive (whichever is earliest)", T);
+  uvtw_wheel_unref(f.wheel);
+  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
+             "%s: an unreferenced wheel never keeps the loop alive, whatever its timers say", T);
+  uvtw_wheel_ref(f.wheel);
+  EXPECT_U64(!!uv_loop_alive(&f.loop), 1, "%s: the wheel referenced again: alive", T);
+  uvtw_timer_stop(&a);
+  uvtw_timer_stop(&b);
+  EXPECT_U64(!!uv_loop_alive(&f.loop), 0, "%s: nothing pending: not alive", T);
+  EXPECT_U64(!!uvtw_timer_has_ref(&b), 0, "%s: a stopped timer keeps its setting", T);
+  uvtw_timer_init(f.wheel, &b);
+  EXPECT_U64(!!uvtw_timer_has_ref(&b), 1, "%s: init of an inactive timer makes it referenced", T);
+
+  /* An unreferenced repeating timer fires while something else keeps the
+   * loop alive, stays unreferenced through its re-arms, and lets uv_run
+   * return when the other handle is done. */
+  ref_fires = 0;
+  ref_has_ref_in_cb = -1;
+  uvtw_timer_start(&a, ref_cb, 5, 5);
+  uvtw_timer_unref(&a);
+  aux_init(&f.loop, &keep, NULL);
+  aux_start(&keep, 40);
+  EXPECT_I64(uv_run(&f.loop, UV_RUN_DEFAULT), 0,
+             "%s: uv_run(DEFAULT) returns once the referenced helper is done", T);
+  tap_ok(ref_fires >= 2, "%s: the unreferenced repeating timer fired while the loop ran (%d)", T,
+         ref_fires);
+  EXPECT_U64(ref_has_ref_in_cb, 0, "%s: it is still unreferenced after its re-arms", T);
+  EXPECT_U64(!!uvtw_timer_is_active(&a), 1, "%s: and still active after uv_run returned", T);
+  EXPECT_U64(f.watchdog_fired, 0, "%s: uv_run did not need the watchdog", T);
+  uvtw_timer_stop(&a);
+  fx_close_handle(&keep.handle);
+  fx_close(&f);
+}
+
 static const tap_case_t cases[] = {
     TAP_CASE(loop_alive),
     TAP_CASE(self_restart_zero_alone),
+    TAP_CASE(alive_default),
+    TAP_CASE(alive_once),
+    TAP_CASE(alive_nowait),
+    TAP_CASE(alive_stop),
+    TAP_CASE(alive_wheel_unref),
+    TAP_CASE(alive_timer_unref),
+    TAP_CASE(timer_ref_semantics),
 };
 
 FX_MAIN(cases)

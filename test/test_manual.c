@@ -1,0 +1,717 @@
+/* The manual clock (../shared/spec/API.md, "Manual clock", and the header's
+ * "Manual clock" section): a wheel made with manual_clock = 1 keeps its own
+ * time, which starts at uv_now(loop) and moves only with uvtw_wheel_advance
+ * and uvtw_wheel_advance_next; its callbacks run only inside those calls.
+ *
+ * One pass: the wheel's time is set to some T and every callback due at T
+ * when the pass begins runs, seeing uvtw_wheel_now() == T. An entry made
+ * due during a pass waits for the next pass: the same call's pass at T + 1
+ * if the call goes that far, else the next call. */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fixture.h"
+
+static const uvtw_options_t manual_opts = {.manual_clock = 1};
+
+/* ---- Errors ------------------------------------------------------------------ */
+
+static uvtw_wheel_t *busy_wheel, *busy_other;
+static int busy_advance, busy_next, busy_other_advance, busy_task_advance;
+static int64_t busy_task_next;
+
+static void busy_timer_cb(uvtw_timer_t *timer) {
+  (void)timer;
+  busy_advance = uvtw_wheel_advance(busy_wheel, 1);
+  busy_next = (int)uvtw_wheel_advance_next(busy_wheel);
+  busy_other_advance = uvtw_wheel_advance(busy_other, 1);
+}
+
+static void busy_task_cb(void *arg, int status) {
+  (void)arg;
+  (void)status;
+  busy_task_advance = uvtw_wheel_advance(busy_wheel, 1);
+  busy_task_next = uvtw_wheel_advance_next(busy_wheel);
+}
+
+static int closing_advance = 1;
+static int64_t closing_next = 1;
+
+static void closing_cb(uvtw_wheel_t *wheel, void *arg) {
+  (void)arg;
+  closing_advance = uvtw_wheel_advance(wheel, 1);
+  closing_next = uvtw_wheel_advance_next(wheel);
+}
+
+static void test_manual_errors(void) {
+  const char *T = "manual clock errors";
+  fx_t f;
+  uvtw_wheel_t *manual, *other, *bad = NULL;
+  uvtw_timer_t timer;
+  uvtw_options_t two = {.manual_clock = 2};
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  EXPECT_ERR(uvtw_wheel_new(&f.loop, &two, &bad), UV_EINVAL,
+             "%s: manual_clock other than 0 or 1 is UV_EINVAL", T);
+  tap_ok(bad == NULL, "%s: ... and leaves *out untouched", T);
+  EXPECT_ERR(uvtw_wheel_advance(NULL, 1), UV_EINVAL, "%s: advance(NULL) is UV_EINVAL", T);
+  EXPECT_I64(uvtw_wheel_advance_next(NULL), UV_EINVAL, "%s: advance_next(NULL) is UV_EINVAL", T);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 1), UV_EINVAL,
+             "%s: advance on a wheel on the loop's clock is UV_EINVAL", T);
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EINVAL,
+             "%s: advance_next on a wheel on the loop's clock is UV_EINVAL", T);
+  EXPECT_U64(uvtw_wheel_now(f.wheel), uv_now(&f.loop),
+             "%s: uvtw_wheel_now of a loop-clock wheel is uv_now(loop)", T);
+
+  manual = fx_wheel_new(&f, &manual_opts);
+  other = fx_wheel_new(&f, &manual_opts);
+  if (manual == NULL || other == NULL) {
+    if (manual)
+      fx_wheel_close(&f, manual);
+    if (other)
+      fx_wheel_close(&f, other);
+    fx_close(&f);
+    return;
+  }
+  busy_wheel = manual;
+  busy_other = other;
+  busy_advance = busy_next = busy_other_advance = busy_task_advance = 1;
+  busy_task_next = 1;
+  uvtw_timer_init(manual, &timer);
+  uvtw_timer_start(&timer, busy_timer_cb, 5, 0);
+  EXPECT_ERR(uvtw_schedule(manual, 5, busy_task_cb, NULL, NULL), 0,
+             "%s: a loop-thread task on a manual wheel is scheduled", T);
+  EXPECT_ERR(uvtw_wheel_advance(manual, 10), 0, "%s: advance returns 0", T);
+  EXPECT_ERR(busy_advance, UV_EBUSY, "%s: advance inside one of the wheel's timer callbacks is UV_EBUSY",
+             T);
+  EXPECT_I64(busy_next, UV_EBUSY,
+             "%s: advance_next inside one of the wheel's timer callbacks is UV_EBUSY", T);
+  EXPECT_ERR(busy_task_advance, UV_EBUSY,
+             "%s: advance inside one of the wheel's task callbacks is UV_EBUSY", T);
+  EXPECT_I64(busy_task_next, UV_EBUSY,
+             "%s: advance_next inside one of the wheel's task callbacks is UV_EBUSY", T);
+  EXPECT_ERR(busy_other_advance, 0,
+             "%s: advancing another manual wheel from inside a callback is allowed", T);
+
+  uvtw_timer_start(&timer, busy_timer_cb, 5, 0);
+  uvtw_wheel_close(manual, closing_cb, NULL);
+  EXPECT_ERR(uvtw_wheel_advance(manual, 1), UV_ECANCELED,
+             "%s: advance once the wheel is closing is UV_ECANCELED", T);
+  EXPECT_I64(uvtw_wheel_advance_next(manual), UV_ECANCELED,
+             "%s: advance_next once the wheel is closing is UV_ECANCELED", T);
+  for (int i = 0; i < 5 && closing_advance == 1; i++)
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+  EXPECT_ERR(closing_advance, UV_ECANCELED, "%s: advance inside the close callback is UV_ECANCELED",
+             T);
+  EXPECT_I64(closing_next, UV_ECANCELED,
+             "%s: advance_next inside the close callback is UV_ECANCELED", T);
+  fx_wheel_close(&f, other);
+  fx_close(&f);
+}
+
+/* ---- The wheel's own time ------------------------------------------------------- */
+
+static void test_manual_now(void) {
+  const char *T = "manual clock time";
+  fx_t f;
+  uvtw_timer_t timer;
+  aux_t keep;
+
+  fx_open_loop(&f, T);
+  uv_update_time(&f.loop);
+  uint64_t t0 = uv_now(&f.loop);
+  f.wheel = fx_wheel_new(&f, &manual_opts);
+  if (f.wheel == NULL) {
+    fx_close(&f);
+    return;
+  }
+  EXPECT_U64(uvtw_wheel_now(f.wheel), t0, "%s: starts at uv_now(loop)", T);
+  aux_init(&f.loop, &keep, NULL);
+  aux_start(&keep, 20);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  tap_ok(uv_now(&f.loop) >= t0 + 20, "%s: (the loop's clock moved 20 ms)", T);
+  EXPECT_U64(uvtw_wheel_now(f.wheel), t0, "%s: does not move with the loop's clock", T);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 0), 0, "%s: advance(0) returns 0", T);
+  EXPECT_U64(uvtw_wheel_now(f.wheel), t0, "%s: advance(0) leaves it", T);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 25), 0, "%s: advance(25) returns 0", T);
+  EXPECT_U64(uvtw_wheel_now(f.wheel), t0 + 25, "%s: advance(25) moves it by 25 ms", T);
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EAGAIN,
+             "%s: advance_next with nothing pending is UV_EAGAIN", T);
+  EXPECT_U64(uvtw_wheel_now(f.wheel), t0 + 25, "%s: ... and does not move it", T);
+  uvtw_timer_init(f.wheel, &timer);
+  uvtw_timer_start(&timer, fx_noop_timer_cb, 40, 0);
+  EXPECT_U64(uvtw_timer_get_due_in(&timer), 40, "%s: get_due_in counts on the wheel's time", T);
+  EXPECT_I64(uvtw_wheel_next_due(f.wheel), 40, "%s: next_due counts on the wheel's time", T);
+  uvtw_wheel_advance(f.wheel, 15);
+  EXPECT_U64(uvtw_timer_get_due_in(&timer), 25, "%s: get_due_in after advance(15)", T);
+  EXPECT_I64(uvtw_wheel_next_due(f.wheel), 25, "%s: next_due after advance(15)", T);
+  uvtw_timer_stop(&timer);
+  uvtw_timer_start(&timer, fx_noop_timer_cb, UINT64_MAX, 0);
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EAGAIN,
+             "%s: advance_next with only a saturated timer pending is UV_EAGAIN", T);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, UINT64_MAX), 0,
+             "%s: advance(UINT64_MAX) returns 0", T);
+  EXPECT_U64(uvtw_timer_is_active(&timer), 1, "%s: a saturated timer never fires, even then", T);
+  uvtw_timer_stop(&timer);
+  fx_close_handle(&keep.handle);
+  fx_close(&f);
+}
+
+/* ---- Deadline order, FIFO, what each callback sees -------------------------- */
+
+enum { ORD_TIMERS = 24 };
+
+static void test_manual_order(void) {
+  const char *T = "manual clock order";
+  fx_t f;
+  probe_t p[ORD_TIMERS];
+  /* Equal deadlines reached through different timeouts, far ones across
+   * the wheel's levels, a restart and a stop. */
+  const uint64_t timeouts[ORD_TIMERS] = {30, 10, 30, 0, 64,  65,  10,   300,  4096, 4097, 70000, 63,
+                                         30, 1,  2,  0, 128, 256, 1000, 5000, 65536, 3,    30,    10};
+  enum { RESTARTED = 8, STOPPED = 19 };
+  uint64_t deadline[ORD_TIMERS], seq[ORD_TIMERS];
+  int idx[ORD_TIMERS], n = 0, wrong_fires = 0, not_at_deadline = 0;
+  char expect[ORD_TIMERS + 1];
+
+  if (!fx_open(&f, T, &manual_opts))
+    return;
+  log_reset();
+  uint64_t t0 = uvtw_wheel_now(f.wheel);
+  for (int i = 0; i < ORD_TIMERS; i++) {
+    probe_init(f.wheel, &p[i], (char)('A' + i), NULL);
+    probe_start(&p[i], timeouts[i], 0);
+    deadline[i] = t0 + timeouts[i];
+    seq[i] = (uint64_t)i;
+  }
+  uvtw_wheel_advance(f.wheel, 7);
+  probe_start(&p[RESTARTED], 23, 0); /* deadline t0 + 30, after the other 30s */
+  deadline[RESTARTED] = t0 + 30;
+  seq[RESTARTED] = ORD_TIMERS;
+  uvtw_timer_stop(&p[STOPPED].timer);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 80000), 0, "%s: advance returns 0", T);
+  EXPECT_U64(uvtw_wheel_now(f.wheel), t0 + 80007, "%s: the wheel's time is where advance put it",
+             T);
+  /* The expected order: by deadline, then by start (insertion sort). */
+  for (int i = 0; i < ORD_TIMERS; i++) {
+    if (i == STOPPED)
+      continue;
+    int k = n++;
+    while (k > 0 && (deadline[idx[k - 1]] > deadline[i] ||
+                     (deadline[idx[k - 1]] == deadline[i] && seq[idx[k - 1]] > seq[i]))) {
+      idx[k] = idx[k - 1];
+      k--;
+    }
+    idx[k] = i;
+  }
+  for (int k = 0; k < n; k++)
+    expect[k] = (char)('A' + idx[k]);
+  expect[n] = '\0';
+  if (!tap_ok(strcmp(g_log, expect) == 0,
+              "%s: callbacks ran in deadline order, equal deadlines in start order", T))
+    tap_diag("  expected \"%s\", got \"%s\"", expect, g_log);
+  for (int i = 0; i < ORD_TIMERS; i++) {
+    if (i == STOPPED)
+      continue;
+    if (p[i].fires >= 1 && p[i].now[0] != deadline[i] && not_at_deadline++ < 3)
+      tap_diag("  timer %c: deadline %" PRIu64 ", ran seeing now %" PRIu64, 'A' + i, deadline[i],
+               p[i].now[0]);
+    wrong_fires += p[i].fires != 1;
+  }
+  EXPECT_U64(wrong_fires, 0, "%s: every timer left started ran once", T);
+  EXPECT_U64(p[STOPPED].fires, 0, "%s: the stopped timer never ran", T);
+  EXPECT_U64(not_at_deadline, 0, "%s: each callback saw uvtw_wheel_now() equal to its deadline", T);
+  uvtw_stats_t s = fx_stats(f.wheel);
+  EXPECT_U64(s.wakeups, 0, "%s: a manual wheel never arms its uv_timer_t (no wakeups)", T);
+  EXPECT_U64(s.late_max_ms, 0, "%s: nothing ran late", T);
+  fx_close(&f);
+}
+
+/* ---- Repeats re-arm on the wheel's time --------------------------------------- */
+
+static void repeat_stop_at_5(probe_t *p) {
+  if (p->fires == 5)
+    uvtw_timer_stop(&p->timer);
+}
+
+static void test_manual_repeat(void) {
+  const char *T = "manual clock repeat";
+  fx_t f;
+  probe_t r;
+  int bad = 0;
+
+  if (!fx_open(&f, T, &manual_opts))
+    return;
+  uint64_t t0 = uvtw_wheel_now(f.wheel);
+  probe_init(f.wheel, &r, 'r', repeat_stop_at_5);
+  probe_start(&r, 10, 7);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 100), 0, "%s: advance returns 0", T);
+  EXPECT_U64(r.fires, 5, "%s: a repeating timer ran until its callback stopped it", T);
+  for (int k = 0; k < r.fires && k < PROBE_FIRES_KEPT; k++) {
+    if (r.now[k] == t0 + 10 + 7 * (uint64_t)k && r.due_in_in_cb[k] == 7 && r.active_in_cb[k])
+      continue;
+    if (bad++ == 0)
+      tap_diag("  run %d: now %" PRIu64 " (expected %" PRIu64 "), due_in %" PRIu64 ", active %d",
+               k + 1, r.now[k], t0 + 10 + 7 * (uint64_t)k, r.due_in_in_cb[k], r.active_in_cb[k]);
+  }
+  EXPECT_U64(bad, 0,
+             "%s: re-armed to the wheel's now + repeat before each callback (at 10, 17, 24, ...)",
+             T);
+  fx_close(&f);
+}
+
+/* ---- Timeout 0 from inside a pass ---------------------------------------------- */
+
+static probe_t zp_a, zp_b;
+
+static void zp_start_b(probe_t *p) {
+  (void)p;
+  probe_start(&zp_b, 0, 0);
+}
+
+static void test_manual_zero_in_pass(void) {
+  const char *T = "manual clock, 0 ms from a callback";
+  fx_t f;
+
+  if (!fx_open(&f, T, &manual_opts))
+    return;
+  uint64_t t0 = uvtw_wheel_now(f.wheel);
+  probe_init(f.wheel, &zp_a, 'a', zp_start_b);
+  probe_init(f.wheel, &zp_b, 'b', NULL);
+
+  /* The call goes past the pass: the next pass of the same call, at T + 1. */
+  probe_start(&zp_a, 10, 0);
+  uvtw_wheel_advance(f.wheel, 20);
+  EXPECT_U64(zp_b.fires, 1, "%s: a timer started with 0 in a pass at T runs in the same call", T);
+  EXPECT_U64(zp_b.now[0], t0 + 11, "%s: ... in its pass at T + 1, seeing now == T + 1", T);
+
+  /* The call ends at T: the next call runs it, at T. */
+  zp_a.fires = zp_b.fires = 0;
+  uint64_t t1 = uvtw_wheel_now(f.wheel);
+  probe_start(&zp_a, 10, 0);
+  uvtw_wheel_advance(f.wheel, 10);
+  EXPECT_U64(zp_a.fires, 1, "%s: the call that ends at T runs the pass at T", T);
+  EXPECT_U64(zp_b.fires, 0, "%s: ... but not what that pass made due", T);
+  EXPECT_U64(uvtw_timer_is_active(&zp_b.timer), 1, "%s: which is still pending", T);
+  EXPECT_I64(uvtw_wheel_next_due(f.wheel), 0, "%s: and due (next_due 0)", T);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 0), 0, "%s: advance(0) returns 0", T);
+  EXPECT_U64(zp_b.fires, 1, "%s: the next call, advance(0), runs it", T);
+  EXPECT_U64(zp_b.now[0], t1 + 10, "%s: ... at T, the time did not move", T);
+
+  /* advance_next: already due, so the time does not move. */
+  zp_a.fires = zp_b.fires = 0;
+  probe_start(&zp_a, 5, 0);
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), 5, "%s: advance_next moves to the deadline (5 ms)",
+             T);
+  EXPECT_U64(zp_b.fires, 0, "%s: one pass only: the 0 ms start waits", T);
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), 0,
+             "%s: advance_next with something due moves 0 ms and runs it", T);
+  EXPECT_U64(zp_b.fires, 1, "%s: ... and runs it", T);
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EAGAIN, "%s: then nothing is pending", T);
+  fx_close(&f);
+}
+
+/* ---- A timer that always restarts itself with 0 ---------------------------- */
+
+static int self_fires, self_not_stepping;
+static uint64_t self_last_now;
+static uvtw_wheel_t *self_wheel;
+
+static void self_cb(uvtw_timer_t *timer) {
+  uint64_t now = uvtw_wheel_now(self_wheel);
+  if (self_fires > 0 && now != self_last_now + 1)
+    self_not_stepping++;
+  self_last_now = now;
+  self_fires++;
+  uvtw_timer_start(timer, self_cb, 0, 0);
+}
+
+static void test_manual_self_restart(void) {
+  const char *T = "manual clock, self-restart with 0";
+  fx_t f;
+  uvtw_timer_t timer;
+
+  if (!fx_open(&f, T, &manual_opts))
+    return;
+  self_wheel = f.wheel;
+  self_fires = self_not_stepping = 0;
+  uvtw_timer_init(f.wheel, &timer);
+  uvtw_timer_start(&timer, self_cb, 0, 0);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 50), 0, "%s: advance(50) returns", T);
+  EXPECT_U64(self_fires, 51, "%s: one pass per millisecond: 51 runs over 0..50 ms", T);
+  EXPECT_U64(self_not_stepping, 0, "%s: each run one millisecond after the previous", T);
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), 0, "%s: advance_next returns (0 ms moved)", T);
+  EXPECT_U64(self_fires, 52, "%s: ... after one pass", T);
+  uvtw_timer_stop(&timer);
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EAGAIN, "%s: stopped: nothing pending", T);
+  fx_close(&f);
+}
+
+/* ---- advance_next ----------------------------------------------------------------- */
+
+static void test_manual_advance_next(void) {
+  const char *T = "manual clock advance_next";
+  fx_t f;
+  probe_t a, b, c;
+  int64_t moved[4];
+  int steps = 0;
+
+  if (!fx_open(&f, T, &manual_opts))
+    return;
+  log_reset();
+  uint64_t t0 = uvtw_wheel_now(f.wheel);
+  probe_init(f.wheel, &a, 'a', NULL);
+  probe_init(f.wheel, &b, 'b', NULL);
+  probe_init(f.wheel, &c, 'c', NULL);
+  probe_start(&a, 30, 0);
+  probe_start(&b, 50, 0);
+  probe_start(&c, 30, 0);
+  int64_t r;
+  while ((r = uvtw_wheel_advance_next(f.wheel)) >= 0 && steps < 4)
+    moved[steps++] = r;
+  EXPECT_U64(steps, 2, "%s: two passes (at 30 and at 50), then nothing pending", T);
+  EXPECT_I64(r, UV_EAGAIN, "%s: the loop ends on UV_EAGAIN", T);
+  EXPECT_I64(steps >= 1 ? moved[0] : -1, 30, "%s: the first moved 30 ms", T);
+  EXPECT_I64(steps >= 2 ? moved[1] : -1, 20, "%s: the second 20 ms", T);
+  if (!tap_ok(strcmp(g_log, "acb") == 0, "%s: in deadline order, FIFO", T))
+    tap_diag("  expected \"acb\", got \"%s\"", g_log);
+  EXPECT_U64(uvtw_wheel_now(f.wheel), t0 + 50, "%s: the wheel's time is the last deadline", T);
+  fx_close(&f);
+
+  /* tick_ms > 1: deadlines round up to the tick of the wheel's clock. */
+  uvtw_options_t ticked = {.tick_ms = 16, .manual_clock = 1};
+  if (!fx_open(&f, "manual clock, tick_ms 16", &ticked))
+    return;
+  t0 = uvtw_wheel_now(f.wheel);
+  probe_init(f.wheel, &a, 'a', NULL);
+  probe_start(&a, 5, 0);
+  uint64_t want = (t0 + 5 + 15) / 16 * 16;
+  EXPECT_U64(uvtw_timer_get_due_in(&a.timer), want - t0,
+             "manual clock, tick_ms 16: the deadline rounds up to a multiple of 16");
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), (int64_t)(want - t0),
+             "manual clock, tick_ms 16: advance_next moves to the rounded deadline");
+  EXPECT_U64(a.fires, 1, "manual clock, tick_ms 16: the timer ran");
+  EXPECT_U64(a.fires ? a.now[0] : 0, want, "manual clock, tick_ms 16: seeing the rounded time");
+  fx_close(&f);
+}
+
+/* ---- Tasks ----------------------------------------------------------------------- */
+
+typedef struct remote_job_s {
+  uvtw_wheel_t *wheel;
+  uint64_t timeout;
+  task_probe_t *probe;
+  uvtw_ticket_t *ticket;
+  int rc;
+} remote_job_t;
+
+static void remote_schedule(void *arg) {
+  remote_job_t *j = arg;
+  j->rc = uvtw_schedule(j->wheel, j->timeout, task_probe_cb, j->probe, &j->ticket);
+}
+
+static uint64_t task_seen_now;
+static uvtw_wheel_t *task_wheel;
+
+static void task_now_cb(void *arg, int status) {
+  task_probe_cb(arg, status);
+  task_seen_now = uvtw_wheel_now(task_wheel);
+}
+
+static void test_manual_tasks(void) {
+  const char *T = "manual clock tasks";
+  fx_t f;
+  task_probe_t local = {0}, remote = {0}, zero = {0}, cancelled = {0};
+  uvtw_ticket_t *ticket = NULL, *cticket = NULL;
+  uv_thread_t thread;
+
+  if (!fx_open(&f, T, &manual_opts))
+    return;
+  task_wheel = f.wheel;
+  uint64_t t0 = uvtw_wheel_now(f.wheel);
+
+  EXPECT_ERR(uvtw_schedule(f.wheel, 20, task_now_cb, &local, &ticket), 0,
+             "%s: a loop-thread task is scheduled", T);
+  EXPECT_ERR(uvtw_schedule(f.wheel, 10, task_probe_cb, &cancelled, &cticket), 0,
+             "%s: a second one, to cancel", T);
+  EXPECT_ERR(uvtw_ticket_cancel(cticket), 0, "%s: its cancel wins", T);
+  uvtw_ticket_release(cticket);
+  uvtw_wheel_advance(f.wheel, 19);
+  EXPECT_U64(local.calls, 0, "%s: not run before its deadline (the wheel's time + 20)", T);
+  uvtw_wheel_advance(f.wheel, 1);
+  EXPECT_U64(local.calls, 1, "%s: run when the wheel's time reaches it", T);
+  EXPECT_U64(task_seen_now, t0 + 20, "%s: seeing uvtw_wheel_now() == its deadline", T);
+  EXPECT_ERR(local.status, 0, "%s: with status 0", T);
+  EXPECT_U64(cancelled.calls, 0, "%s: the cancelled task never ran", T);
+  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY, "%s: cancel after it ran is UV_EALREADY", T);
+  uvtw_ticket_release(ticket);
+
+  /* From another thread: the deadline counts from when the wheel takes the
+   * task in, not from the call. */
+  remote_job_t job = {.wheel = f.wheel, .timeout = 20, .probe = &remote};
+  uv_thread_create(&thread, remote_schedule, &job);
+  uv_thread_join(&thread);
+  EXPECT_ERR(job.rc, 0, "%s: another thread schedules a 20 ms task", T);
+  uvtw_wheel_advance(f.wheel, 5); /* takes it in at t0 + 20, then moves to t0 + 25 */
+  uint64_t taken_in = t0 + 20;
+  EXPECT_U64(remote.calls, 0, "%s: taken in by advance, not yet due", T);
+  uvtw_wheel_advance(f.wheel, 14);
+  EXPECT_U64(remote.calls, 0, "%s: not due 19 ms after it was taken in", T);
+  uvtw_wheel_advance(f.wheel, 1);
+  EXPECT_U64(remote.calls, 1, "%s: due 20 ms after the wheel took it in", T);
+  EXPECT_U64(uvtw_wheel_now(f.wheel), taken_in + 20,
+             "%s: (the wheel's time is then 20 ms after the take-in)", T);
+  tap_ok(!remote.wrong_thread && !local.wrong_thread, "%s: callbacks ran on the loop thread", T);
+  uvtw_ticket_release(job.ticket);
+
+  /* A 0 ms task from another thread: uv_run may take it in, never runs it. */
+  job.timeout = 0;
+  job.probe = &zero;
+  uv_thread_create(&thread, remote_schedule, &job);
+  uv_thread_join(&thread);
+  for (int i = 0; i < 5; i++)
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+  fx_sleep_ms(2);
+  uv_run(&f.loop, UV_RUN_NOWAIT);
+  EXPECT_U64(zero.calls, 0, "%s: uv_run never runs a manual wheel's task, even a due one", T);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 0), 0, "%s: advance(0) returns 0", T);
+  EXPECT_U64(zero.calls, 1, "%s: advance(0) runs the due task", T);
+  uvtw_ticket_release(job.ticket);
+  fx_close(&f);
+}
+
+/* ---- Close ---------------------------------------------------------------------- */
+
+static task_probe_t mc_probes[3];
+static int mc_calls_at_close_cb[3];
+static int mc_close_cb_runs;
+
+static void mc_close_cb(uvtw_wheel_t *wheel, void *arg) {
+  (void)wheel;
+  (void)arg;
+  mc_close_cb_runs++;
+  for (int i = 0; i < 3; i++)
+    mc_calls_at_close_cb[i] = mc_probes[i].calls;
+}
+
+static void test_manual_close(void) {
+  const char *T = "manual clock close";
+  fx_t f;
+  uvtw_timer_t timer;
+  uvtw_ticket_t *ticket = NULL;
+  uv_thread_t thread;
+
+  if (!fx_open(&f, T, &manual_opts))
+    return;
+  memset(mc_probes, 0, sizeof mc_probes);
+  mc_close_cb_runs = 0;
+  uvtw_timer_init(f.wheel, &timer);
+  uvtw_timer_start(&timer, fx_noop_timer_cb, 5, 0);
+  EXPECT_ERR(uvtw_schedule(f.wheel, 5, task_probe_cb, &mc_probes[0], &ticket), 0,
+             "%s: a loop-thread task with a ticket", T);
+  EXPECT_ERR(uvtw_schedule(f.wheel, 0, task_probe_cb, &mc_probes[1], NULL), 0,
+             "%s: a due fire-and-forget task", T);
+  remote_job_t job = {.wheel = f.wheel, .timeout = 0, .probe = &mc_probes[2]};
+  uv_thread_create(&thread, remote_schedule, &job);
+  uv_thread_join(&thread);
+  EXPECT_ERR(job.rc, 0, "%s: another thread's task, still queued", T);
+  uvtw_wheel_close(f.wheel, mc_close_cb, NULL);
+  EXPECT_U64(uvtw_timer_is_active(&timer), 0, "%s: the pending timer is inactive at once", T);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 10), UV_ECANCELED, "%s: advance after close is UV_ECANCELED",
+             T);
+  for (int i = 0; i < 5 && mc_close_cb_runs == 0; i++)
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+  EXPECT_U64(mc_close_cb_runs, 1, "%s: the close callback ran once", T);
+  int ok = 1;
+  for (int i = 0; i < 3; i++)
+    ok &= mc_calls_at_close_cb[i] == 1 && mc_probes[i].calls == 1 &&
+          mc_probes[i].status == UV_ECANCELED;
+  if (!tap_ok(ok, "%s: every pending task ran once with UV_ECANCELED before the close callback", T))
+    for (int i = 0; i < 3; i++)
+      tap_diag("  task %d: calls at close cb %d, calls %d, status %s", i, mc_calls_at_close_cb[i],
+               mc_probes[i].calls, tap_err_name_(mc_probes[i].status));
+  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY, "%s: cancel after close is UV_EALREADY", T);
+  EXPECT_ERR(uvtw_ticket_cancel(job.ticket), UV_EALREADY,
+             "%s: ... also for the task that was still queued", T);
+  uvtw_ticket_release(ticket);
+  uvtw_ticket_release(job.ticket);
+  f.wheel = NULL; /* closed above */
+  fx_close(&f);
+}
+
+/* ---- The loop does not run a manual wheel ------------------------------------------ */
+
+static void test_manual_loop_never_alive(void) {
+  const char *T = "manual clock and uv_run";
+  fx_t f;
+  probe_t a, b;
+  task_probe_t task = {0};
+  aux_t keep;
+
+  if (!fx_open(&f, T, &manual_opts))
+    return;
+  probe_init(f.wheel, &a, 'a', NULL);
+  probe_init(f.wheel, &b, 'b', NULL);
+  probe_start(&a, 0, 0);
+  probe_start(&b, 5, 1);
+  EXPECT_ERR(uvtw_schedule(f.wheel, 0, task_probe_cb, &task, NULL), 0,
+             "%s: a loop-thread task is scheduled", T);
+  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
+             "%s: pending timers and tasks of a manual wheel do not keep the loop alive", T);
+  uint64_t t0 = uv_hrtime();
+  EXPECT_I64(uv_run(&f.loop, UV_RUN_DEFAULT), 0, "%s: uv_run(DEFAULT) returns 0", T);
+  tap_ok(uv_hrtime() - t0 < 500 * UINT64_C(1000000), "%s: ... at once", T);
+  aux_init(&f.loop, &keep, NULL);
+  aux_start(&keep, 20);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  uv_run(&f.loop, UV_RUN_NOWAIT);
+  EXPECT_U64(a.fires + b.fires + task.calls, 0,
+             "%s: its callbacks never run from uv_run, even with the loop alive 20 ms", T);
+  uvtw_stats_t s = fx_stats(f.wheel);
+  EXPECT_U64(s.wakeups, 0, "%s: it never arms its uv_timer_t", T);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 5), 0, "%s: advance returns 0", T);
+  EXPECT_U64(a.fires, 1, "%s: advance runs the due timer", T);
+  EXPECT_U64(task.calls, 1, "%s: ... and the due task", T);
+  EXPECT_U64(b.fires, 1, "%s: ... and the one due at 5", T);
+  uvtw_timer_stop(&b.timer);
+  fx_close_handle(&keep.handle);
+  fx_close(&f);
+}
+
+/* ---- A 30-second idle timeout, tested in milliseconds ------------------------------ */
+
+/* A connection closed after 30 s without activity; each activity restarts
+ * the idle timer. */
+typedef struct conn_s {
+  uvtw_timer_t idle;
+  uvtw_wheel_t *wheel;
+  int closed;
+  uint64_t closed_at;
+} conn_t;
+
+static void conn_idle_cb(uvtw_timer_t *timer) {
+  conn_t *c = timer->data;
+  c->closed++;
+  c->closed_at = uvtw_wheel_now(c->wheel);
+}
+
+static void conn_activity(conn_t *c) {
+  uvtw_timer_start(&c->idle, conn_idle_cb, 30000, 0);
+}
+
+static void test_manual_idle_timeout_30s(void) {
+  const char *T = "a 30 s idle timeout";
+  fx_t f;
+  conn_t c = {0};
+
+  uint64_t wall0 = uv_hrtime();
+  if (!fx_open(&f, T, &manual_opts))
+    return;
+  uint64_t t0 = uvtw_wheel_now(f.wheel);
+  c.wheel = f.wheel;
+  uvtw_timer_init(f.wheel, &c.idle);
+  c.idle.data = &c;
+  conn_activity(&c);
+  uvtw_wheel_advance(f.wheel, 10000);
+  conn_activity(&c); /* activity at 10 s: the timeout moves to 40 s */
+  uvtw_wheel_advance(f.wheel, 29999);
+  EXPECT_U64(c.closed, 0, "%s: still open 29.999 s after the last activity", T);
+  uvtw_wheel_advance(f.wheel, 1);
+  EXPECT_U64(c.closed, 1, "%s: closed 30 s after the last activity", T);
+  EXPECT_U64(c.closed_at, t0 + 40000, "%s: at 40 s on the wheel's clock", T);
+  uvtw_wheel_advance(f.wheel, 60000);
+  EXPECT_U64(c.closed, 1, "%s: once", T);
+  fx_close(&f);
+  uint64_t wall_ms = (uv_hrtime() - wall0) / 1000000;
+  if (!tap_ok(wall_ms < 500, "%s: tested in well under a second of wall time", T))
+    tap_diag("  took %" PRIu64 " ms", wall_ms);
+}
+
+/* ---- The same schedule on a manual and on a real clock ---------------------------- */
+
+/* A fixed schedule of one-shot timers started together: equal deadlines
+ * reached in different start orders, restarts and stops before the run.
+ * The real-clock wheel's loop runs until all have fired; the manual wheel
+ * is advanced 1 ms at a time for as long. Same timers, same order. */
+enum { MODEL_TIMERS = 40 };
+
+typedef struct model_s {
+  uvtw_timer_t timers[MODEL_TIMERS];
+  int order[MODEL_TIMERS + 8];
+  int n;
+} model_t;
+
+static void model_cb(uvtw_timer_t *timer) {
+  model_t *m = timer->data;
+  if (m->n < MODEL_TIMERS + 8)
+    m->order[m->n] = (int)(timer - m->timers);
+  m->n++;
+}
+
+static uint64_t model_schedule(uvtw_wheel_t *wheel, model_t *m) {
+  uint64_t last = 0;
+  m->n = 0;
+  for (int i = 0; i < MODEL_TIMERS; i++) {
+    uvtw_timer_init(wheel, &m->timers[i]);
+    m->timers[i].data = m;
+  }
+  for (int i = 0; i < MODEL_TIMERS; i++) {
+    uint64_t timeout = (uint64_t)((i * 37) % 23) * 3 + (uint64_t)(i % 3); /* 0..68 ms */
+    uvtw_timer_start(&m->timers[i], model_cb, timeout, 0);
+    if (timeout > last)
+      last = timeout;
+  }
+  for (int i = 0; i < MODEL_TIMERS; i += 7) /* restarted: to the end of their deadline */
+    uvtw_timer_start(&m->timers[i], model_cb, 30, 0);
+  for (int i = 3; i < MODEL_TIMERS; i += 11)
+    uvtw_timer_stop(&m->timers[i]);
+  return last;
+}
+
+static void test_manual_matches_real_clock(void) {
+  const char *T = "manual clock against the real clock";
+  fx_t f;
+  static model_t real, manual;
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  uv_update_time(&f.loop);
+  uint64_t last = model_schedule(f.wheel, &real);
+  uint64_t t0 = uv_now(&f.loop);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  uint64_t ran_ms = uv_now(&f.loop) - t0;
+  fx_close(&f);
+
+  if (!fx_open(&f, T, &manual_opts))
+    return;
+  model_schedule(f.wheel, &manual);
+  for (uint64_t ms = 0; ms < (ran_ms > last ? ran_ms : last); ms++)
+    uvtw_wheel_advance(f.wheel, 1);
+  EXPECT_U64(manual.n, real.n, "%s: the same number of callbacks (%d)", T, real.n);
+  int first_bad = -1;
+  for (int k = 0; k < real.n && k < manual.n && k < MODEL_TIMERS; k++)
+    if (real.order[k] != manual.order[k]) {
+      first_bad = k;
+      break;
+    }
+  if (!tap_ok(first_bad < 0 && real.n == manual.n,
+              "%s: the same timers fired in the same order (real loop ran %" PRIu64 " ms)", T,
+              ran_ms))
+    if (first_bad >= 0)
+      tap_diag("  first difference at callback %d: real clock timer %d, manual clock timer %d",
+               first_bad, real.order[first_bad], manual.order[first_bad]);
+  fx_close(&f);
+}
+
+static const tap_case_t cases[] = {
+    TAP_CASE(manual_errors),         TAP_CASE(manual_now),
+    TAP_CASE(manual_order),          TAP_CASE(manual_repeat),
+    TAP_CASE(manual_zero_in_pass),   TAP_CASE(manual_self_restart),
+    TAP_CASE(manual_advance_next),   TAP_CASE(manual_tasks),
+    TAP_CASE(manual_close),          TAP_CASE(manual_loop_never_alive),
+    TAP_CASE(manual_idle_timeout_30s), TAP_CASE(manual_matches_real_clock),
+};
+
+FX_MAIN(cases)

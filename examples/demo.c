@@ -106,7 +106,8 @@ static const char *stat_word(const char *line, const char *key, char *out, size_
 
 static int run_one(const char *exe) {
   const char *const args[] = {"--port", "0", "--headers-timeout", "2000", "--request-timeout",
-                              "4000", "--keep-alive-timeout", "1000", NULL};
+                              "4000", "--keep-alive-timeout", "1000",
+                              "--keep-alive-timeout-buffer", "0", NULL};
   static uint8_t kinds[CLIENTS];
   demo_t d;
   lg_config_t config;

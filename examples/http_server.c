@@ -7,7 +7,7 @@
  *
  *   READING    a request is awaited or arriving: headersTimeout (the head,
  *              the slowloris defence) and requestTimeout (the whole request)
- *   IDLE       between requests: keepAliveTimeout
+ *   IDLE       between requests: keepAliveTimeout + keepAliveTimeoutBuffer
  *   HANDLING   the answer is being prepared (/delay): the answer's own task
  *   WRITING    the answer is queued because the client does not read: the
  *              send timeout; bytes the client pipelines meanwhile are kept up
@@ -49,6 +49,9 @@ static const char usage_text[] =
     "  --request-timeout MS        Node's requestTimeout (default 300000): the whole request\n"
     "  --keep-alive-timeout MS     Node's keepAliveTimeout (default 5000): idle between requests;\n"
     "                              responses advertise 'Keep-Alive: timeout=floor(MS/1000)'\n"
+    "  --keep-alive-timeout-buffer MS  Node's keepAliveTimeoutBuffer (default 1000): an idle\n"
+    "                              connection closes this much after keepAliveTimeout, so that\n"
+    "                              a client that waits the advertised time never races the close\n"
     "  --send-timeout MS           a queued response must be taken by the client within MS\n"
     "                              (default 30000); then the connection closes\n"
     "  --max-header-size BYTES     Node's --max-http-header-size (default 16384): 431 beyond\n"
@@ -64,9 +67,8 @@ static const char usage_text[] =
     "Signals: the first SIGTERM/SIGINT stops accepting, closes idle connections, answers\n"
     "requests in flight (with 'Connection: close') and exits 0 when they are done or the\n"
     "grace period is over, printing what it dropped; a second one exits at once (128+signal).\n"
-    "Differences from Node's http.Server: an idle connection closes at keepAliveTimeout (Node\n"
-    "adds 1 s; both never close before the advertised timeout); a CONNECT gets 405 and a clean\n"
-    "close (Node destroys the socket without a reply); a client that half-closes still gets\n"
+    "Differences from Node's http.Server: a CONNECT gets 405 and a clean close (Node\n"
+    "destroys the socket without a reply); a client that half-closes still gets\n"
     "every response it asked for (Node drops them); a client that does not read its responses\n"
     "is closed after --send-timeout (Node keeps it forever); more than maxHeadersCount headers\n"
     "get 431 (Node drops the extra headers); a body above --max-body-size gets 413 (Node has\n"
@@ -78,6 +80,7 @@ typedef struct server_config_s {
   uint64_t headers_timeout;
   uint64_t request_timeout;
   uint64_t keep_alive_timeout;
+  uint64_t keep_alive_timeout_buffer;
   uint64_t send_timeout;
   uint64_t shutdown_grace;
   uint64_t max_header_size;
@@ -92,6 +95,7 @@ static server_config_t config = {
     .headers_timeout = 60000,
     .request_timeout = 300000,
     .keep_alive_timeout = 5000,
+    .keep_alive_timeout_buffer = 1000,
     .send_timeout = 30000,
     .shutdown_grace = 10000,
     .max_header_size = 16384,
@@ -342,9 +346,10 @@ static size_t format_stats(char *out, size_t size) {
   PUT("timers=%s parser=llhttp-%d.%d.%d", TIMER_IMPL, LLHTTP_VERSION_MAJOR,
       LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH);
   PUT(" headers_timeout_ms=%" PRIu64 " request_timeout_ms=%" PRIu64
-      " keep_alive_timeout_ms=%" PRIu64 " send_timeout_ms=%" PRIu64,
+      " keep_alive_timeout_ms=%" PRIu64 " keep_alive_timeout_buffer_ms=%" PRIu64
+      " send_timeout_ms=%" PRIu64,
       config.headers_timeout, config.request_timeout, config.keep_alive_timeout,
-      config.send_timeout);
+      config.keep_alive_timeout_buffer, config.send_timeout);
   PUT(" accepted=%" PRIu64 " open=%" PRIu64 " open_peak=%" PRIu64 " accept_errors=%" PRIu64
       " accept_nomem=%" PRIu64 " requests=%" PRIu64,
       counters.accepted, counters.open, counters.open_peak, counters.accept_errors,
@@ -979,8 +984,9 @@ static void conn_feed(conn_t *c, const char *data, size_t len) {
 static void conn_resume(conn_t *c) {
   int closing = shutting_down || c->peer_ended;
   c->state = ST_IDLE;
-  if (!closing)
-    timeout_start(&c->io_timeout, on_keep_alive_timeout, config.keep_alive_timeout);
+  if (!closing && config.keep_alive_timeout > 0)
+    timeout_start(&c->io_timeout, on_keep_alive_timeout,
+                  config.keep_alive_timeout + config.keep_alive_timeout_buffer);
   while (c->pending_off < c->pending_len && (c->state == ST_IDLE || c->state == ST_READING)) {
     size_t used;
     int r = parser_feed(c, c->pending + c->pending_off, c->pending_len - c->pending_off, &used);
@@ -1282,6 +1288,8 @@ static void parse_args(int argc, char **argv, uvtw_options_t *wheel_options) {
       config.request_timeout = parse_number(v);
     else if (strcmp(a, "--keep-alive-timeout") == 0)
       config.keep_alive_timeout = parse_number(v);
+    else if (strcmp(a, "--keep-alive-timeout-buffer") == 0)
+      config.keep_alive_timeout_buffer = parse_number(v);
     else if (strcmp(a, "--send-timeout") == 0)
       config.send_timeout = parse_number(v);
     else if (strcmp(a, "--shutdown-grace") == 0)

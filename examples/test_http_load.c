@@ -88,7 +88,8 @@ static void part_mixed(void) {
   enum { GOOD = 40, IDLE = 20, SLOWLORIS = 10, SILENT = 5, SLOW_BODY = 5, ABORT = 5 };
   const uint64_t headers_ms = 1000, request_ms = 2000, keep_alive_ms = 500;
   const char *const args[] = {"--port", "0", "--headers-timeout", "1000", "--request-timeout",
-                              "2000", "--keep-alive-timeout", "500", NULL};
+                              "2000", "--keep-alive-timeout", "500",
+                              "--keep-alive-timeout-buffer", "0", NULL};
   uint8_t kinds[GOOD + IDLE + SLOWLORIS + SILENT + SLOW_BODY + ABORT];
   lg_server_t server;
   lg_config_t config;
@@ -234,7 +235,8 @@ static const char *raise_fd_limit(rlim_t needed) {
 
 static void part_many(void) {
   const uint64_t keep_alive_ms = 3000;
-  const char *const args[] = {"--port", "0", "--keep-alive-timeout", "3000", "--headers-timeout",
+  const char *const args[] = {"--port", "0", "--keep-alive-timeout", "3000",
+                              "--keep-alive-timeout-buffer", "0", "--headers-timeout",
                               "20000", "--request-timeout", "30000", NULL};
   static uint8_t kinds[MANY];
   const char *why = raise_fd_limit(FDS_NEEDED);

@@ -92,11 +92,11 @@ struct uvtw_timer_s {
   struct {
     void *link_[2];
     uint64_t deadline_;
+    uint64_t seq_;
   } node_;
-  uvtw_wheel_t *wheel_;
+  uintptr_t wheel_; /* the wheel's address; bit 0 set: unreferenced */
   uvtw_timer_cb cb_;
   uint64_t repeat_;
-  uint32_t flags_;
 };
 
 /* ---- The wheel (loop thread only) ------------------------------------- */

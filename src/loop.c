@@ -40,10 +40,17 @@
 
 #include "internal.h"
 
-#define TIMER_UNREF 1u /* flags_: does not keep the loop alive */
+#define TIMER_UNREF ((uintptr_t)1) /* in wheel_: does not keep the loop alive */
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
+
+/* The public uvtw_timer_t keeps the wheel's node in a field of its own
+ * type, with the same layout. */
+_Static_assert(sizeof(((uvtw_timer_t *)0)->node_) == sizeof(wheel_node_t) &&
+                   _Alignof(wheel_node_t) <= _Alignof(uvtw_timer_t) &&
+                   offsetof(uvtw_timer_t, node_) % _Alignof(wheel_node_t) == 0,
+               "uvtw_timer_t.node_ does not match wheel_node_t");
 
 static inline wheel_node_t *node_of(uvtw_timer_t *timer) {
   return (wheel_node_t *)(void *)&timer->node_;
@@ -55,6 +62,10 @@ static inline const wheel_node_t *const_node_of(const uvtw_timer_t *timer) {
 
 static inline uvtw_timer_t *timer_of(wheel_node_t *node) {
   return container_of(node, uvtw_timer_t, node_);
+}
+
+static inline uvtw_wheel_t *wheel_of(const uvtw_timer_t *timer) {
+  return (uvtw_wheel_t *)(timer->wheel_ & ~TIMER_UNREF);
 }
 
 /* ---- time ---------------------------------------------------------------- */
@@ -132,12 +143,12 @@ static void kick(uvtw_wheel_t *w) {
 }
 
 static void count_in(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
-  if (!(entry->flags_ & TIMER_UNREF) && w->refs++ == 0)
+  if (!(entry->wheel_ & TIMER_UNREF) && w->refs++ == 0)
     update_refs(w);
 }
 
 static void count_out(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
-  if (!(entry->flags_ & TIMER_UNREF) && --w->refs == 0)
+  if (!(entry->wheel_ & TIMER_UNREF) && --w->refs == 0)
     update_refs(w);
 }
 
@@ -416,30 +427,33 @@ void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
     return;
   wheel_node_init(node_of(timer));
   node_of(timer)->deadline = 0;
-  timer->wheel_ = wheel;
+  node_of(timer)->seq = 0;
+  timer->wheel_ = (uintptr_t)wheel;
   timer->cb_ = NULL;
   timer->repeat_ = 0;
-  timer->flags_ = 0;
 }
 
 int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat) {
-  if (timer == NULL || cb == NULL || timer->wheel_ == NULL)
+  if (timer == NULL || cb == NULL || wheel_of(timer) == NULL)
     return UV_EINVAL;
-  uvtw_wheel_t *w = timer->wheel_;
+  uvtw_wheel_t *w = wheel_of(timer);
   if (w->closing)
     return UV_ECANCELED;
   uint64_t deadline = uvtw__ticks_up(w, add_saturating(uvtw__clock_ms(w), timeout));
   timer->cb_ = cb;
   timer->repeat_ = repeat;
-  if (wheel_node_linked(node_of(timer))) {
-    /* A restart: the entry stays counted as pending. */
-    uvtw__wheel_remove(&w->wheel, node_of(timer));
-    w->stats.stopped++;
-    file(w, timer, deadline);
-  } else {
-    uvtw__entry_add(w, timer, deadline);
-  }
   w->stats.started++;
+  if (!wheel_node_linked(node_of(timer))) {
+    uvtw__entry_add(w, timer, deadline);
+    return 0;
+  }
+  /* A restart: the entry stays counted as pending. Pushed later, it may
+   * stay where it is, and the earliest deadline cannot move earlier. */
+  w->stats.stopped++;
+  if (!uvtw__wheel_postpone(&w->wheel, node_of(timer), deadline)) {
+    uvtw__wheel_remove(&w->wheel, node_of(timer));
+    file(w, timer, deadline);
+  }
   return 0;
 }
 
@@ -448,8 +462,8 @@ int uvtw_timer_stop(uvtw_timer_t *timer) {
     return UV_EINVAL;
   if (!wheel_node_linked(node_of(timer)))
     return 0;
-  uvtw__entry_remove(timer->wheel_, timer);
-  timer->wheel_->stats.stopped++;
+  uvtw__entry_remove(wheel_of(timer), timer);
+  wheel_of(timer)->stats.stopped++;
   return 0;
 }
 
@@ -472,8 +486,8 @@ uint64_t uvtw_timer_get_repeat(const uvtw_timer_t *timer) {
 uint64_t uvtw_timer_get_due_in(const uvtw_timer_t *timer) {
   if (!wheel_node_linked(const_node_of(timer)))
     return 0;
-  uint64_t due = ms_of(timer->wheel_, const_node_of(timer)->deadline);
-  uint64_t now = uvtw__clock_ms(timer->wheel_);
+  uint64_t due = ms_of(wheel_of(timer), const_node_of(timer)->deadline);
+  uint64_t now = uvtw__clock_ms(wheel_of(timer));
   return due > now ? due - now : 0;
 }
 
@@ -482,21 +496,21 @@ int uvtw_timer_is_active(const uvtw_timer_t *timer) {
 }
 
 void uvtw_timer_ref(uvtw_timer_t *timer) {
-  if (!(timer->flags_ & TIMER_UNREF))
+  if (!(timer->wheel_ & TIMER_UNREF))
     return;
-  timer->flags_ &= ~TIMER_UNREF;
+  timer->wheel_ &= ~TIMER_UNREF;
   if (wheel_node_linked(node_of(timer)))
-    count_in(timer->wheel_, timer);
+    count_in(wheel_of(timer), timer);
 }
 
 void uvtw_timer_unref(uvtw_timer_t *timer) {
-  if (timer->flags_ & TIMER_UNREF)
+  if (timer->wheel_ & TIMER_UNREF)
     return;
   if (wheel_node_linked(node_of(timer)))
-    count_out(timer->wheel_, timer);
-  timer->flags_ |= TIMER_UNREF;
+    count_out(wheel_of(timer), timer);
+  timer->wheel_ |= TIMER_UNREF;
 }
 
 int uvtw_timer_has_ref(const uvtw_timer_t *timer) {
-  return !(timer->flags_ & TIMER_UNREF);
+  return !(timer->wheel_ & TIMER_UNREF);
 }

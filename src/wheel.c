@@ -27,14 +27,25 @@
  * lower level (the cascade). Entries never expire before their deadline and
  * a cascade keeps the exact deadline.
  *
- * FIFO among equal deadlines needs no sequence numbers: entries are always
- * filed against the wheel's time and appended at a slot's tail, and a
- * cascade refiles a slot's entries in list order, so a later entry with the
- * same deadline either joins the same slot behind the earlier one or finds
- * the earlier one already on a lower level, where it again goes behind it.
+ * FIFO among equal deadlines: every entry carries its start order (`seq`),
+ * and a level-0 slot, whose entries share one deadline, is kept in that
+ * order. Entries are filed against the wheel's time and appended at a
+ * slot's tail, and a cascade refiles a slot's entries in list order, so an
+ * entry reaching level 0 nearly always belongs at the tail; the exception
+ * is a postponed entry (below), which walks back past the few entries
+ * started after it.
  *
- * Each slot head remembers the smallest deadline filed in it; a removal can
- * leave that value too low (a lower bound), never too high.
+ * Postponing: a restart to a later deadline of an entry that waits on an
+ * upper level leaves the entry where it is and only rewrites its deadline
+ * and start order; the cascade that empties its slot files it by the new
+ * deadline. An idle timeout pushed back on every read then touches the
+ * timer alone, not its two list neighbours (the bench's bump workload). An
+ * upper-level entry may therefore sit in an earlier slot than its deadline
+ * names, never a later one; level-0 entries are always exact.
+ *
+ * Each slot head remembers the smallest deadline filed in it; a removal or
+ * a postponement can leave that value too low (a lower bound), never too
+ * high.
  */
 #include "wheel.h"
 
@@ -97,6 +108,7 @@ void uvtw__wheel_init(wheel_t *w, uint64_t now) {
   w->now = now;
   w->count = 0;
   w->cascaded = 0;
+  w->next_seq = 0;
   list_init(&w->expired);
   for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
     w->occupied[level] = 0;
@@ -105,8 +117,8 @@ void uvtw__wheel_init(wheel_t *w, uint64_t now) {
   }
 }
 
-/* Files a node whose deadline is >= the wheel's time. */
-static void file(wheel_t *w, wheel_node_t *node) {
+/* Files a node whose deadline is >= the wheel's time; returns its level. */
+static unsigned file(wheel_t *w, wheel_node_t *node) {
   unsigned level = level_of(node->deadline, w->now);
   unsigned slot = slot_of(node->deadline, level);
   wheel_node_t *head = &w->slots[level][slot];
@@ -116,13 +128,29 @@ static void file(wheel_t *w, wheel_node_t *node) {
   } else if (node->deadline < head->deadline) {
     head->deadline = node->deadline;
   }
-  list_append(head, node);
+  wheel_node_t *after = head->prev;
+  while (level == 0 && after != head && after->seq > node->seq)
+    after = after->prev; /* a postponed entry: see the top of the file */
+  list_append(after->next, node);
+  return level;
 }
 
 void uvtw__wheel_insert(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
   node->deadline = deadline < w->now ? w->now : deadline;
+  node->seq = w->next_seq++;
   file(w, node);
   w->count++;
+}
+
+bool uvtw__wheel_postpone(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
+  /* A level-0 entry shares every digit but the lowest with the wheel's
+   * time, and an expired one is not after it: neither may stay. */
+  if (deadline < node->deadline || node->deadline <= w->now ||
+      level_of(node->deadline, w->now) == 0)
+    return false;
+  node->deadline = deadline;
+  node->seq = w->next_seq++;
+  return true;
 }
 
 void uvtw__wheel_remove(wheel_t *w, wheel_node_t *node) {
@@ -172,8 +200,8 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
       wheel_node_t *node = batch.next;
       node->next->prev = &batch;
       batch.next = node->next;
-      file(w, node);
-      w->cascaded++;
+      if (file(w, node) < level)
+        w->cascaded++;
     }
   }
   /* No occupied slot starts at or before `now`, so every entry keeps its
@@ -200,14 +228,23 @@ uint64_t uvtw__wheel_next_deadline(const wheel_t *w) {
 }
 
 uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w) {
-  unsigned level, slot;
-  if (!list_empty(&w->expired) || !first_occupied(w, &level, &slot))
-    return uvtw__wheel_next_deadline(w);
-  const wheel_node_t *head = &w->slots[level][slot];
+  if (!list_empty(&w->expired))
+    return w->expired.next->deadline;
+  /* Slots in time order: by level, then by slot. A slot's entries are all
+   * due at or after its start, so once the earliest deadline seen is not
+   * after the next slot's start, no later slot holds an earlier one. */
   uint64_t earliest = UINT64_MAX;
-  for (const wheel_node_t *node = head->next; node != head; node = node->next)
-    if (node->deadline < earliest)
-      earliest = node->deadline;
+  for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
+    for (uint64_t bits = w->occupied[level]; bits != 0; bits &= bits - 1) {
+      unsigned slot = (unsigned)uvtw_lowest_bit(bits);
+      if (earliest <= slot_start(w->now, level, slot))
+        return earliest;
+      const wheel_node_t *head = &w->slots[level][slot];
+      for (const wheel_node_t *node = head->next; node != head; node = node->next)
+        if (node->deadline < earliest)
+          earliest = node->deadline;
+    }
+  }
   return earliest;
 }
 
@@ -235,15 +272,20 @@ static const char *check_slot(const wheel_t *w, unsigned level, unsigned slot, u
     return error;
   if (list_empty(head) == ((w->occupied[level] & bit(slot)) != 0))
     return "an occupancy bit disagrees with its slot";
+  uint64_t start = slot_start(w->now, level, slot);
   for (const wheel_node_t *node = head->next; node != head; node = node->next) {
     if (node->deadline < w->now)
       return "a filed deadline is before the wheel's time";
-    if (level_of(node->deadline, w->now) != level || slot_of(node->deadline, level) != slot)
-      return "an entry is not in the slot its deadline names";
+    if (level == 0 && node->deadline != start)
+      return "a level-0 entry is not in the slot its deadline names";
+    if (node->deadline < start)
+      return "an entry is in a slot after its deadline";
+    if (level == 0 && node->prev != head && node->seq < node->prev->seq)
+      return "a level-0 slot is out of start order";
     if (node->deadline < head->deadline)
       return "a slot's minimum is above one of its deadlines";
   }
-  if (!list_empty(head) && head->deadline < slot_start(w->now, level, slot))
+  if (!list_empty(head) && head->deadline < start)
     return "a slot's minimum lies before the slot";
   return NULL;
 }
@@ -256,8 +298,10 @@ const char *uvtw__wheel_check(const wheel_t *w) {
   for (const wheel_node_t *node = w->expired.next; node != &w->expired; node = node->next) {
     if (node->deadline > w->now)
       return "an expired entry is not due";
-    if (node->prev != &w->expired && node->deadline < node->prev->deadline)
-      return "expired entries are out of deadline order";
+    if (node->prev != &w->expired &&
+        (node->deadline < node->prev->deadline ||
+         (node->deadline == node->prev->deadline && node->seq < node->prev->seq)))
+      return "expired entries are out of deadline and start order";
   }
   for (unsigned level = 0; level < WHEEL_LEVELS; level++)
     for (unsigned slot = 0; slot < WHEEL_SLOTS; slot++)

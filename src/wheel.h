@@ -16,12 +16,14 @@ typedef struct wheel_node_s {
   struct wheel_node_s *next;
   struct wheel_node_s *prev;
   uint64_t deadline;
+  uint64_t seq; /* start order, for FIFO among equal deadlines */
 } wheel_node_t;
 
 typedef struct wheel_s {
   uint64_t now;      /* the wheel's time: every pending deadline is >= now */
   uint64_t count;    /* entries in slots or in the expired list */
   uint64_t cascaded; /* entries moved to a finer level */
+  uint64_t next_seq; /* the next entry's start order */
   uint64_t occupied[WHEEL_LEVELS]; /* bit s set: slots[level][s] is not empty */
   /* Entries taken out of the slots by wheel_expire, in firing order. */
   wheel_node_t expired;
@@ -45,6 +47,11 @@ static inline bool wheel_node_linked(const wheel_node_t *node) {
  * wheel's time is filed at that time (it is due at the next expiry). */
 void uvtw__wheel_insert(wheel_t *w, wheel_node_t *node, uint64_t deadline);
 
+/* Files a linked node again at a later `deadline` (>= its own) without
+ * moving it, if it waits on an upper level, where the cascade files it by
+ * its new deadline; returns false, changing nothing, if it cannot stay. */
+bool uvtw__wheel_postpone(wheel_t *w, wheel_node_t *node, uint64_t deadline);
+
 /* Unlinks a linked node from its slot or from the expired list. */
 void uvtw__wheel_remove(wheel_t *w, wheel_node_t *node);
 
@@ -56,11 +63,12 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now);
 wheel_node_t *uvtw__wheel_pop_expired(wheel_t *w);
 
 /* A lower bound of the earliest pending deadline, exact unless an entry was
- * removed from the slot that holds it; UINT64_MAX if nothing is pending.
- * O(levels). */
+ * removed or postponed since its slot was filed; UINT64_MAX if nothing is
+ * pending. O(levels). */
 uint64_t uvtw__wheel_next_deadline(const wheel_t *w);
 
-/* The earliest pending deadline, exactly (walks one slot). */
+/* The earliest pending deadline, exactly: walks the earliest slot, and the
+ * next ones only while postponed entries leave them later than that. */
 uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w);
 
 /* Checks every invariant; returns NULL if all hold, else what is broken. */

@@ -86,7 +86,7 @@ static entry_t *model_first_due(entry_t *pool, uint64_t now) {
 }
 
 typedef struct {
-  uint64_t steps, inserts, removes, expiries, fired;
+  uint64_t steps, inserts, removes, expiries, fired, postponed;
   int failures;
 } model_run_t;
 
@@ -136,11 +136,23 @@ static void test_model(void) {
   for (uint64_t step = 0; step < steps; step++) {
     entry_t *e = &pool[rng_below(POOL)];
     unsigned op = (unsigned)rng_below(100);
-    if (op < 45) { /* start, or restart */
+    if (op < 30) { /* start, or restart */
       if (e->pending)
         uvtw__wheel_remove(&w, &e->node);
       model_insert(&w, e, &seq);
       run.inserts++;
+    } else if (op < 45 && e->pending) { /* restart later: postponed if it can stay */
+      uint64_t later = e->deadline + rng_below(op < 40 ? 64 : 100000);
+      if (later < e->deadline)
+        later = UINT64_MAX;
+      if (!uvtw__wheel_postpone(&w, &e->node, later)) {
+        uvtw__wheel_remove(&w, &e->node);
+        uvtw__wheel_insert(&w, &e->node, later);
+      } else {
+        run.postponed++;
+      }
+      e->deadline = later;
+      e->seq = seq++;
     } else if (op < 70) { /* stop */
       if (e->pending) {
         uvtw__wheel_remove(&w, &e->node);
@@ -173,11 +185,13 @@ static void test_model(void) {
       break;
     run.steps++;
   }
-  tap_diag("model: %" PRIu64 " steps, %" PRIu64 " inserts, %" PRIu64 " removals, %" PRIu64
-           " expiries, %" PRIu64 " expired, %" PRIu64 " cascaded",
-           run.steps, run.inserts, run.removes, run.expiries, run.fired, w.cascaded);
+  tap_diag("model: %" PRIu64 " steps, %" PRIu64 " inserts, %" PRIu64 " postponed, %" PRIu64
+           " removals, %" PRIu64 " expiries, %" PRIu64 " expired, %" PRIu64 " cascaded",
+           run.steps, run.inserts, run.postponed, run.removes, run.expiries, run.fired,
+           w.cascaded);
   EXPECT_U64(run.failures, 0, "model: the wheel agrees with the reference at every step");
-  tap_ok(run.fired > 0 && w.cascaded > 0, "model: the run expired and cascaded entries");
+  tap_ok(run.fired > 0 && w.cascaded > 0 && run.postponed > 0,
+         "model: the run expired, cascaded and postponed entries");
 }
 
 /* ---- targeted cases ------------------------------------------------------ */
@@ -202,6 +216,30 @@ static void test_fifo_across_levels(void) {
              order[3] == &e[2].node,
          "fifo: deadline order first, then the order of insertion, whichever level each passed");
   EXPECT_U64(w.count, 0, "fifo: nothing is left");
+}
+
+/* A postponed entry keeps FIFO with entries started before and after it. */
+static void test_fifo_postponed(void) {
+  static wheel_t w;
+  entry_t a, b, c;
+  uvtw__wheel_init(&w, 0);
+  uvtw__wheel_insert(&w, &a.node, 3000); /* level 1 */
+  uvtw__wheel_insert(&w, &b.node, 9000); /* level 2 */
+  uvtw__wheel_insert(&w, &c.node, 3000);
+  tap_ok(uvtw__wheel_postpone(&w, &a.node, 9000), "postpone: an upper-level entry may stay");
+  tap_ok(!uvtw__wheel_postpone(&w, &c.node, 2000), "postpone: never to an earlier deadline");
+  uvtw__wheel_expire(&w, 2999);
+  tap_ok(uvtw__wheel_pop_expired(&w) == NULL, "postpone: nothing is due before 3000");
+  uvtw__wheel_expire(&w, 3000);
+  tap_ok(uvtw__wheel_pop_expired(&w) == &c.node && uvtw__wheel_pop_expired(&w) == NULL,
+         "postpone: only the entry left at 3000 expires there");
+  tap_ok(!uvtw__wheel_postpone(&w, &b.node, 8999), "postpone: not to an earlier deadline");
+  uvtw__wheel_expire(&w, 9000);
+  wheel_node_t *first = uvtw__wheel_pop_expired(&w);
+  wheel_node_t *second = uvtw__wheel_pop_expired(&w);
+  tap_ok(first == &b.node && second == &a.node,
+         "postpone: at 9000, the entry started first runs first, the postponed one after");
+  tap_ok(uvtw__wheel_check(&w) == NULL, "postpone: the checker accepts the wheel");
 }
 
 static void test_saturated(void) {
@@ -247,6 +285,7 @@ static void checker_fixture(wheel_t *w, entry_t *e) {
   uvtw__wheel_insert(w, &e[4].node, 1120);   /* level 1, same slot */
   uvtw__wheel_insert(w, &e[5].node, 100000); /* level 2 */
   uvtw__wheel_expire(w, 1000);
+  uvtw__wheel_insert(w, &e[6].node, 1010); /* level 0, behind e[2] */
 }
 
 typedef struct {
@@ -280,9 +319,25 @@ static void entries_without_bit(wheel_t *w, entry_t *e) {
   (void)e;
   w->occupied[2] = 0;
 }
-static void wrong_slot(wheel_t *w, entry_t *e) {
+static void wrong_level0_slot(wheel_t *w, entry_t *e) {
   (void)w;
-  e[5].node.deadline = 200000;
+  e[2].node.deadline = 1011;
+}
+static void slot_after_deadline(wheel_t *w, entry_t *e) {
+  (void)w;
+  e[3].node.deadline = 1050;
+}
+static void level0_out_of_start_order(wheel_t *w, entry_t *e) {
+  (void)w;
+  uint64_t seq = e[2].node.seq;
+  e[2].node.seq = e[6].node.seq;
+  e[6].node.seq = seq;
+}
+static void expired_out_of_start_order(wheel_t *w, entry_t *e) {
+  (void)w;
+  uint64_t seq = e[0].node.seq;
+  e[0].node.seq = e[1].node.seq;
+  e[1].node.seq = seq;
 }
 static void deadline_before_now(wheel_t *w, entry_t *e) {
   (void)w;
@@ -317,8 +372,14 @@ static void test_checker(void) {
        "an occupancy bit disagrees with its slot"},
       {"an occupied slot without its bit", entries_without_bit,
        "an occupancy bit disagrees with its slot"},
-      {"an entry in a slot its deadline does not name", wrong_slot,
-       "an entry is not in the slot its deadline names"},
+      {"a level-0 entry in a slot its deadline does not name", wrong_level0_slot,
+       "a level-0 entry is not in the slot its deadline names"},
+      {"an entry in a slot after its deadline", slot_after_deadline,
+       "an entry is in a slot after its deadline"},
+      {"a level-0 slot out of start order", level0_out_of_start_order,
+       "a level-0 slot is out of start order"},
+      {"expired entries with one deadline out of start order", expired_out_of_start_order,
+       "expired entries are out of deadline and start order"},
       {"a deadline before the wheel's time", deadline_before_now,
        "a filed deadline is before the wheel's time"},
       {"a slot minimum above one of its deadlines", minimum_too_high,
@@ -327,12 +388,12 @@ static void test_checker(void) {
        "a slot's minimum lies before the slot"},
       {"an expired entry that is not due", expired_not_due, "an expired entry is not due"},
       {"expired entries out of order", expired_out_of_order,
-       "expired entries are out of deadline order"},
+       "expired entries are out of deadline and start order"},
       {"an entry count that disagrees with the lists", count_off,
        "the entry count disagrees with the lists"},
   };
   static wheel_t w;
-  entry_t e[6];
+  entry_t e[7];
   checker_fixture(&w, e);
   const char *clean = uvtw__wheel_check(&w);
   if (!tap_ok(clean == NULL, "checker: a sound wheel passes"))
@@ -350,7 +411,8 @@ static void test_checker(void) {
 
 int main(int argc, char **argv) {
   static const tap_case_t cases[] = {
-      TAP_CASE(model),    TAP_CASE(fifo_across_levels), TAP_CASE(saturated),
+      TAP_CASE(model),     TAP_CASE(fifo_across_levels), TAP_CASE(fifo_postponed),
+      TAP_CASE(saturated),
       TAP_CASE(remove_clears), TAP_CASE(checker),
   };
   const char *seed_env = getenv("UVTW_SEED");

@@ -92,8 +92,8 @@ static int tap_eq_u64_(const char *file, int line, uint64_t got, uint64_t want, 
   return got == want;
 }
 
-static int tap_eq_i64_(const char *file, int line, int64_t got, int64_t want, const char *fmt,
-                       ...) __attribute__((format(printf, 5, 6), unused));
+static int tap_eq_i64_(const char *file, int line, int64_t got, int64_t want, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6), unused));
 static int tap_eq_i64_(const char *file, int line, int64_t got, int64_t want, const char *fmt,
                        ...) {
   va_list ap;
@@ -122,7 +122,8 @@ static int tap_eq_err_(const char *file, int line, int got, int want, const char
   tap_eq_u64_(__FILE__, __LINE__, (uint64_t)(got), (uint64_t)(want), __VA_ARGS__)
 #define EXPECT_I64(got, want, ...)                                                                 \
   tap_eq_i64_(__FILE__, __LINE__, (int64_t)(got), (int64_t)(want), __VA_ARGS__)
-#define EXPECT_ERR(got, want, ...) tap_eq_err_(__FILE__, __LINE__, (int)(got), (int)(want), __VA_ARGS__)
+#define EXPECT_ERR(got, want, ...)                                                                 \
+  tap_eq_err_(__FILE__, __LINE__, (int)(got), (int)(want), __VA_ARGS__)
 
 /* The older spelling, kept for the white-box tests: EXPECT_U64 with a fixed message. */
 #define TAP_EQ(actual, expected, what) EXPECT_U64((actual), (expected), "%s", (what))
@@ -142,7 +143,8 @@ typedef struct tap_case_s {
   void (*run)(void);
 } tap_case_t;
 
-#define TAP_CASE(name) {#name, test_##name}
+#define TAP_CASE(name)                                                                             \
+  { #name, test_##name }
 
 static int tap_case_selected_(const char *name, int argc, char **argv) {
   if (argc <= 1)

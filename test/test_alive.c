@@ -45,7 +45,7 @@ static void test_loop_alive(void) {
   lv_arm_watch();
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64((uint64_t)lv_watch.fires, 0,
-            "an empty referenced wheel does not keep uv_run(DEFAULT) from returning");
+             "an empty referenced wheel does not keep uv_run(DEFAULT) from returning");
 
   uvtw_wheel_unref(wheel);
   uvtw_wheel_unref(wheel);
@@ -85,7 +85,7 @@ static void test_loop_alive(void) {
   lv_arm_watch();
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64((uint64_t)lv_w.fires, 1,
-            "an unreferenced wheel still runs its timers while the loop is alive");
+             "an unreferenced wheel still runs its timers while the loop is alive");
   tap_ok(lv_w.early == 0, "... not before their deadline");
   uvtw_wheel_ref(wheel);
 
@@ -118,11 +118,10 @@ static void test_self_restart_zero_alone(void) {
   uvtw_timer_start(&timer, alone_cb, 0, 0);
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64((uint64_t)alone_runs, 100,
-            "%s: a referenced wheel keeps uv_run going while its timer restarts itself", T);
+             "%s: a referenced wheel keeps uv_run going while its timer restarts itself", T);
   uvtw_timer_stop(&timer);
   fx_close(&f);
 }
-
 
 /* ---- Each uv_run mode against a uv_timer_t twin (issue 16) -----------------
  * A script of starts, references and uv_run calls is played twice, each time
@@ -530,7 +529,8 @@ static void script_unref_wheel_ref_timer(void) {
 static void test_alive_timer_unref(void) {
   alive_compare("unreferenced timer, every mode", script_timer_unref);
   alive_compare("timer unreferenced before its start", script_unref_before_start);
-  alive_compare("unreferenced 5 ms and referenced 15 ms timers, DEFAULT", script_unref_then_ref_mix);
+  alive_compare("unreferenced 5 ms and referenced 15 ms timers, DEFAULT",
+                script_unref_then_ref_mix);
   alive_compare("referenced 5 ms and unreferenced 15 ms timers, DEFAULT",
                 script_ref_then_unref_mix);
   alive_compare("unreferenced 5 ms and referenced 30 ms timers, ONCE", script_mix_once);
@@ -635,14 +635,10 @@ static void test_timer_ref_semantics(void) {
 }
 
 static const tap_case_t cases[] = {
-    TAP_CASE(loop_alive),
-    TAP_CASE(self_restart_zero_alone),
-    TAP_CASE(alive_default),
-    TAP_CASE(alive_once),
-    TAP_CASE(alive_nowait),
-    TAP_CASE(alive_stop),
-    TAP_CASE(alive_wheel_unref),
-    TAP_CASE(alive_timer_unref),
+    TAP_CASE(loop_alive),          TAP_CASE(self_restart_zero_alone),
+    TAP_CASE(alive_default),       TAP_CASE(alive_once),
+    TAP_CASE(alive_nowait),        TAP_CASE(alive_stop),
+    TAP_CASE(alive_wheel_unref),   TAP_CASE(alive_timer_unref),
     TAP_CASE(timer_ref_semantics),
 };
 

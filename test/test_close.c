@@ -72,11 +72,11 @@ static void test_close_pending_timers(void) {
   EXPECT_ERR(probe_start(&p1, 5, 0), UV_ECANCELED, "start on a closing wheel returns UV_ECANCELED");
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&p1.timer), 0, "... and leaves the timer inactive");
   EXPECT_ERR(uvtw_timer_again(&p2.timer), UV_ECANCELED,
-            "again on a closing wheel returns UV_ECANCELED");
+             "again on a closing wheel returns UV_ECANCELED");
   EXPECT_ERR(uvtw_timer_stop(&p3.timer), 0, "stop of a dropped timer returns 0");
   uvtw_timer_init(wheel, &fresh.timer);
   EXPECT_ERR(uvtw_timer_start(&fresh.timer, probe_cb, 1, 0), UV_ECANCELED,
-            "start of a timer initialized on a closing wheel returns UV_ECANCELED");
+             "start of a timer initialized on a closing wheel returns UV_ECANCELED");
   after = fx_stats(wheel);
   EXPECT_U64(after.active, 0, "stats.active is 0 after close");
   if (!tap_ok(after.stopped == before.stopped && after.started == before.started &&
@@ -95,8 +95,9 @@ static void test_close_pending_timers(void) {
   EXPECT_U64((uint64_t)rec.calls, 1, "the close callback runs once");
   tap_ok(rec.wheel == wheel, "the close callback gets the wheel");
   EXPECT_U64((uint64_t)rec2.calls, 0,
-            "a second uvtw_wheel_close is ignored (its callback never runs)");
-  EXPECT_ERR(rec.start_result, UV_ECANCELED, "start inside the close callback returns UV_ECANCELED");
+             "a second uvtw_wheel_close is ignored (its callback never runs)");
+  EXPECT_ERR(rec.start_result, UV_ECANCELED,
+             "start inside the close callback returns UV_ECANCELED");
   EXPECT_U64(rec.stats.active, 0, "stats read in the close callback: nothing active");
   if (!tap_ok(strcmp(g_log, "") == 0, "timers pending at close never run"))
     tap_diag("  expected no callbacks, got \"%s\"", g_log);
@@ -149,8 +150,9 @@ static void test_close_from_timer_cb(void) {
               "after a callback closes the wheel, no other timer runs (same pass or later)"))
     tap_diag("  expected \"A\", got \"%s\"", g_log);
   EXPECT_U64((uint64_t)cc_b_active, 0,
-            "a timer due in the same pass is inactive right after the close");
-  EXPECT_ERR(cc_start_x, UV_ECANCELED, "start inside the callback after close returns UV_ECANCELED");
+             "a timer due in the same pass is inactive right after the close");
+  EXPECT_ERR(cc_start_x, UV_ECANCELED,
+             "start inside the callback after close returns UV_ECANCELED");
   EXPECT_U64((uint64_t)cc_rec.calls, 1, "closing from a callback: the close callback runs once");
   fx_close_handle(&keep.handle);
   f.wheel = NULL; /* closed above */
@@ -168,11 +170,12 @@ static void test_close_from_timer_cb(void) {
   aux_start(&keep, 60);
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64((uint64_t)cc_r.fires, 1,
-            "a repeating timer that closes the wheel in its callback never runs again");
+             "a repeating timer that closes the wheel in its callback never runs again");
   EXPECT_U64((uint64_t)cc_r.active_in_cb[0], 1, "(it was active in its callback before the close)");
   EXPECT_U64((uint64_t)cc_r_active, 0,
-            "the close makes the re-armed timer inactive inside its own callback");
-  EXPECT_ERR(cc_again_r, UV_ECANCELED, "again inside the callback after close returns UV_ECANCELED");
+             "the close makes the re-armed timer inactive inside its own callback");
+  EXPECT_ERR(cc_again_r, UV_ECANCELED,
+             "again inside the callback after close returns UV_ECANCELED");
   EXPECT_U64((uint64_t)cc_rec.calls, 1, "the close callback runs once");
   fx_close_handle(&keep.handle);
   f.wheel = NULL; /* closed above */
@@ -292,7 +295,8 @@ static void test_close_tasks(void) {
   ok &= uvtw_schedule(c.wheel, 5000, close_task_cb, &c.probes[CLOSE_C], NULL) == 0;
   ok &= uvtw_schedule(c.wheel, 10000, close_task_cb, &c.probes[CLOSE_D], &tickets[CLOSE_D]) == 0;
   tap_ok(ok, "close: four tasks scheduled on the loop thread");
-  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_D]), 0, "close: one of them is cancelled before close");
+  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_D]), 0,
+             "close: one of them is cancelled before close");
   ticket_job_t job = {.wheel = c.wheel, .probe = &c.probes[CLOSE_E]};
   uv_thread_t thread;
   uv_thread_create(&thread, schedule_job, &job);
@@ -304,17 +308,19 @@ static void test_close_tasks(void) {
   uvtw_wheel_close(c.wheel, close_test_cb, &c);
   t = SENTINEL;
   EXPECT_ERR(uvtw_schedule(c.wheel, 0, task_probe_cb, &c.probes[CLOSE_D], &t), UV_ECANCELED,
-           "close: schedule after uvtw_wheel_close returned is UV_ECANCELED");
+             "close: schedule after uvtw_wheel_close returned is UV_ECANCELED");
   tap_ok(t == SENTINEL, "close: ...and leaves *ticket untouched");
   EXPECT_ERR(uvtw_schedule(c.wheel, 0, task_probe_cb, &c.probes[CLOSE_D], NULL), UV_ECANCELED,
-           "close: fire-and-forget after close is UV_ECANCELED");
+             "close: fire-and-forget after close is UV_ECANCELED");
   job.rc = 1;
   job.ticket = SENTINEL;
   uv_thread_create(&thread, schedule_job, &job);
   uv_thread_join(&thread);
-  EXPECT_ERR(job.rc, UV_ECANCELED, "close: another thread's schedule on the closing wheel is UV_ECANCELED");
+  EXPECT_ERR(job.rc, UV_ECANCELED,
+             "close: another thread's schedule on the closing wheel is UV_ECANCELED");
   tap_ok(job.ticket == SENTINEL, "close: ...and leaves its *ticket untouched");
-  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_D]), 0, "close: a won cancel still returns 0 while closing");
+  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_D]), 0,
+             "close: a won cancel still returns 0 while closing");
 
   uv_run(&f.loop, UV_RUN_DEFAULT);
   uv_run(&f.loop, UV_RUN_DEFAULT);
@@ -332,18 +338,21 @@ static void test_close_tasks(void) {
     for (int i = 0; i < CLOSE_PROBES; i++)
       tap_diag("  task %c: calls at close cb %d, calls %d, status %s", 'A' + i,
                c.calls_at_close_cb[i], c.probes[i].calls, tap_err_name_(c.probes[i].status));
-  EXPECT_U64(c.probes[CLOSE_D].calls, 0, "close: the task whose cancel won never ran, not even at close");
+  EXPECT_U64(c.probes[CLOSE_D].calls, 0,
+             "close: the task whose cancel won never ran, not even at close");
   EXPECT_U64(c.ecanceled_before_close, 0, "close: no UV_ECANCELED before uvtw_wheel_close");
   EXPECT_ERR(c.schedule_in_task_cb, UV_ECANCELED,
-           "close: schedule inside an UV_ECANCELED callback is UV_ECANCELED");
+             "close: schedule inside an UV_ECANCELED callback is UV_ECANCELED");
   tap_ok(c.schedule_in_task_cb_untouched, "close: ...and leaves *ticket untouched");
-  EXPECT_ERR(c.schedule_in_close_cb, UV_ECANCELED, "close: schedule inside the close callback is UV_ECANCELED");
+  EXPECT_ERR(c.schedule_in_close_cb, UV_ECANCELED,
+             "close: schedule inside the close callback is UV_ECANCELED");
 
   EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_A]), UV_EALREADY,
-           "close: cancel after close of a task that ran with UV_ECANCELED is UV_EALREADY");
+             "close: cancel after close of a task that ran with UV_ECANCELED is UV_EALREADY");
   EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_B]), UV_EALREADY,
-           "close: ...also for a 0 ms task that never had a loop run");
-  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_D]), 0, "close: a won cancel still returns 0 after close");
+             "close: ...also for a 0 ms task that never had a loop run");
+  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_D]), 0,
+             "close: a won cancel still returns 0 after close");
   uvtw_ticket_release(tickets[CLOSE_A]);
   uvtw_ticket_release(tickets[CLOSE_D]);
   f.wheel = NULL; /* closed above */
@@ -352,8 +361,9 @@ static void test_close_tasks(void) {
   ticket_job_t late = {.ticket = tickets[CLOSE_E]};
   uv_thread_create(&thread, cancel_release_job, &late);
   uv_thread_join(&thread);
-  EXPECT_ERR(late.cancel_rc, UV_EALREADY,
-           "close: another thread cancels a queued-at-close task after the loop closed: UV_EALREADY");
+  EXPECT_ERR(
+      late.cancel_rc, UV_EALREADY,
+      "close: another thread cancels a queued-at-close task after the loop closed: UV_EALREADY");
   late.ticket = tickets[CLOSE_B];
   uv_thread_create(&thread, cancel_release_job, &late);
   uv_thread_join(&thread);
@@ -374,16 +384,17 @@ static void test_close_inside_task(void) {
   ok &= uvtw_schedule(ci.wheel, 10000, task_probe_cb, &ci.pending, &pending_ticket) == 0;
   tap_ok(ok, "close-inside: a closing task and a 10 s task scheduled");
   uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_U64(ci.close_cb_runs, 1,
-         "close-inside: closing (twice) from inside a task callback runs the close callback once");
+  EXPECT_U64(
+      ci.close_cb_runs, 1,
+      "close-inside: closing (twice) from inside a task callback runs the close callback once");
   tap_ok(ci.pending.calls == 1 && ci.pending.status == UV_ECANCELED,
          "close-inside: the pending 10 s task ran once with UV_ECANCELED");
-  EXPECT_ERR(uvtw_ticket_cancel(pending_ticket), UV_EALREADY, "close-inside: its cancel is UV_EALREADY");
+  EXPECT_ERR(uvtw_ticket_cancel(pending_ticket), UV_EALREADY,
+             "close-inside: its cancel is UV_EALREADY");
   uvtw_ticket_release(pending_ticket);
   f.wheel = NULL; /* closed by the task */
   fx_close(&f);
 }
-
 
 /* ---- Everything outstanding at once, other threads still at work ----------
  * Loop timers, loop-thread tasks, and tasks from other threads (with tickets
@@ -452,7 +463,7 @@ static void *produce(void *p) {
       atomic_fetch_add(&schedule_refused, 1);
       if (r != UV_ECANCELED)
         atomic_fetch_add(&ended_twice, 1000000); /* an unexpected error: fail below */
-      break; /* the wheel is closing: stop using it */
+      break;                                     /* the wheel is closing: stop using it */
     }
     atomic_fetch_add(&scheduled_ok, 1);
     if (with_ticket) {
@@ -543,7 +554,8 @@ static void test_close_everything_outstanding(void) {
       loop_cancel_won++;
     uvtw_ticket_release(loop_tickets[i]);
   }
-  EXPECT_U64(loop_cancel_won, 0, "after close, cancelling a loop-thread ticket returns UV_EALREADY");
+  EXPECT_U64(loop_cancel_won, 0,
+             "after close, cancelling a loop-thread ticket returns UV_EALREADY");
 
   for (int t = 0; t < THREADS; t++)
     pthread_join(producers[t].thread, NULL);
@@ -551,23 +563,22 @@ static void test_close_everything_outstanding(void) {
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64(timer_fired_after_close, 0, "no timer fires after close");
   EXPECT_U64(atomic_load(&ended_twice), 0,
-         "no task ended twice, no unexpected error, no late cancel won");
+             "no task ended twice, no unexpected error, no late cancel won");
   long ended = atomic_load(&ran_due) + atomic_load(&ran_cancelled) + atomic_load(&cancels_won);
   EXPECT_U64(ended, atomic_load(&scheduled_ok),
-         "every scheduled task ended exactly once: ran, ran with UV_ECANCELED, or cancelled");
+             "every scheduled task ended exactly once: ran, ran with UV_ECANCELED, or cancelled");
   tap_ok(atomic_load(&ran_cancelled) > LOOP_TASKS,
          "remote tasks were still pending at close: %ld ended with UV_ECANCELED (%ld fired)",
          atomic_load(&ran_cancelled), atomic_load(&ran_due));
   tap_diag("scheduled %ld, refused after close %ld, won cancels %ld", atomic_load(&scheduled_ok),
            atomic_load(&schedule_refused), atomic_load(&cancels_won));
   f.wheel = NULL; /* closed by close_now */
-  fx_close(&f); /* the loop closes: the wheel left no handle behind */
+  fx_close(&f);   /* the loop closes: the wheel left no handle behind */
 }
 
 static const tap_case_t cases[] = {
-    TAP_CASE(close_pending_timers), TAP_CASE(close_from_timer_cb),
-    TAP_CASE(close_tasks),          TAP_CASE(close_inside_task),
-    TAP_CASE(close_everything_outstanding),
+    TAP_CASE(close_pending_timers), TAP_CASE(close_from_timer_cb),          TAP_CASE(close_tasks),
+    TAP_CASE(close_inside_task),    TAP_CASE(close_everything_outstanding),
 };
 
 FX_MAIN(cases)

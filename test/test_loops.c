@@ -149,9 +149,9 @@ static void test_loops_on_threads(void) {
     EXPECT_U64(wk->setup_error, 0, "thread %d: its loop and two wheels were made", t);
     EXPECT_U64(wk->bad_returns, 0, "thread %d: all %zu starts and stops returned 0", t, ops);
     EXPECT_U64(wk->active_mismatch, 0,
-           "thread %d: each timer is active exactly as its starts and stops left it", t);
+               "thread %d: each timer is active exactly as its starts and stops left it", t);
     EXPECT_U64(wk->stats_before_bad, 0,
-           "thread %d: each wheel's stats count its own starts, restarts and stops", t);
+               "thread %d: each wheel's stats count its own starts, restarts and stops", t);
     EXPECT_U64(wk->fires_bad, 0, "thread %d: each timer ran once if left active, else never", t);
     EXPECT_U64(wk->stats_after_bad, 0, "thread %d: each wheel's stats count its own fires", t);
     EXPECT_U64(wk->close_calls, WHEELS, "thread %d: both wheels closed and called back", t);

@@ -84,8 +84,8 @@ static void test_manual_errors(void) {
   EXPECT_ERR(uvtw_schedule(manual, 5, busy_task_cb, NULL, NULL), 0,
              "%s: a loop-thread task on a manual wheel is scheduled", T);
   EXPECT_ERR(uvtw_wheel_advance(manual, 10), 0, "%s: advance returns 0", T);
-  EXPECT_ERR(busy_advance, UV_EBUSY, "%s: advance inside one of the wheel's timer callbacks is UV_EBUSY",
-             T);
+  EXPECT_ERR(busy_advance, UV_EBUSY,
+             "%s: advance inside one of the wheel's timer callbacks is UV_EBUSY", T);
   EXPECT_I64(busy_next, UV_EBUSY,
              "%s: advance_next inside one of the wheel's timer callbacks is UV_EBUSY", T);
   EXPECT_ERR(busy_task_advance, UV_EBUSY,
@@ -151,8 +151,7 @@ static void test_manual_now(void) {
   uvtw_timer_start(&timer, fx_noop_timer_cb, UINT64_MAX, 0);
   EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EAGAIN,
              "%s: advance_next with only a saturated timer pending is UV_EAGAIN", T);
-  EXPECT_ERR(uvtw_wheel_advance(f.wheel, UINT64_MAX), 0,
-             "%s: advance(UINT64_MAX) returns 0", T);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, UINT64_MAX), 0, "%s: advance(UINT64_MAX) returns 0", T);
   EXPECT_U64(uvtw_timer_is_active(&timer), 1, "%s: a saturated timer never fires, even then", T);
   uvtw_timer_stop(&timer);
   fx_close_handle(&keep.handle);
@@ -169,8 +168,9 @@ static void test_manual_order(void) {
   probe_t p[ORD_TIMERS];
   /* Equal deadlines reached through different timeouts, far ones across
    * the wheel's levels, a restart and a stop. */
-  const uint64_t timeouts[ORD_TIMERS] = {30, 10, 30, 0, 64,  65,  10,   300,  4096, 4097, 70000, 63,
-                                         30, 1,  2,  0, 128, 256, 1000, 5000, 65536, 3,    30,    10};
+  const uint64_t timeouts[ORD_TIMERS] = {30,   10,   30,    0,    64,    65, 10, 300,
+                                         4096, 4097, 70000, 63,   30,    1,  2,  0,
+                                         128,  256,  1000,  5000, 65536, 3,  30, 10};
   enum { RESTARTED = 8, STOPPED = 19 };
   uint64_t deadline[ORD_TIMERS], seq[ORD_TIMERS];
   int idx[ORD_TIMERS], n = 0, wrong_fires = 0, not_at_deadline = 0;
@@ -519,8 +519,8 @@ static void test_manual_close(void) {
   EXPECT_ERR(job.rc, 0, "%s: another thread's task, still queued", T);
   uvtw_wheel_close(f.wheel, mc_close_cb, NULL);
   EXPECT_U64(uvtw_timer_is_active(&timer), 0, "%s: the pending timer is inactive at once", T);
-  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 10), UV_ECANCELED, "%s: advance after close is UV_ECANCELED",
-             T);
+  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 10), UV_ECANCELED,
+             "%s: advance after close is UV_ECANCELED", T);
   for (int i = 0; i < 5 && mc_close_cb_runs == 0; i++)
     uv_run(&f.loop, UV_RUN_NOWAIT);
   EXPECT_U64(mc_close_cb_runs, 1, "%s: the close callback ran once", T);
@@ -706,12 +706,18 @@ static void test_manual_matches_real_clock(void) {
 }
 
 static const tap_case_t cases[] = {
-    TAP_CASE(manual_errors),         TAP_CASE(manual_now),
-    TAP_CASE(manual_order),          TAP_CASE(manual_repeat),
-    TAP_CASE(manual_zero_in_pass),   TAP_CASE(manual_self_restart),
-    TAP_CASE(manual_advance_next),   TAP_CASE(manual_tasks),
-    TAP_CASE(manual_close),          TAP_CASE(manual_loop_never_alive),
-    TAP_CASE(manual_idle_timeout_30s), TAP_CASE(manual_matches_real_clock),
+    TAP_CASE(manual_errors),
+    TAP_CASE(manual_now),
+    TAP_CASE(manual_order),
+    TAP_CASE(manual_repeat),
+    TAP_CASE(manual_zero_in_pass),
+    TAP_CASE(manual_self_restart),
+    TAP_CASE(manual_advance_next),
+    TAP_CASE(manual_tasks),
+    TAP_CASE(manual_close),
+    TAP_CASE(manual_loop_never_alive),
+    TAP_CASE(manual_idle_timeout_30s),
+    TAP_CASE(manual_matches_real_clock),
 };
 
 FX_MAIN(cases)

@@ -25,7 +25,7 @@ static void sp_a_action(probe_t *p) {
   sp_start_d = probe_start(&sp_d, 0, 0);    /* due in this pass, restarted as due */
   sp_start_e = probe_start(&sp_e, 0, 0);    /* new, already due */
   sp_stop_g = uvtw_timer_stop(&sp_g.timer); /* due later: must not run */
-  fx_sleep_ms(3);                              /* so W (1 ms after A) is due too when D and E run */
+  fx_sleep_ms(3);                           /* so W (1 ms after A) is due too when D and E run */
 }
 
 static void sp_s_action(probe_t *p) {
@@ -82,23 +82,26 @@ static void test_same_pass(void) {
   EXPECT_ERR(sp_stop_b, 0, "stopping a timer due in the same pass returns 0");
   EXPECT_U64((uint64_t)sp_active_b, 0, "... and makes it inactive");
   EXPECT_U64((uint64_t)sp_b.fires, 0,
-            "a timer stopped by another callback of the same pass never runs");
+             "a timer stopped by another callback of the same pass never runs");
   EXPECT_U64((uint64_t)sp_g.fires, 0,
-            "a timer stopped from a callback before its deadline never runs");
+             "a timer stopped from a callback before its deadline never runs");
   EXPECT_ERR(sp_stop_g, 0, "that stop returns 0");
   EXPECT_ERR(sp_start_c, 0, "restarting a timer due in the same pass returns 0");
   EXPECT_U64(sp_due_c, 30, "the restarted timer is due after its new timeout");
-  EXPECT_U64((uint64_t)sp_c.fires, 1, "a timer restarted later from the same pass runs once, later");
+  EXPECT_U64((uint64_t)sp_c.fires, 1,
+             "a timer restarted later from the same pass runs once, later");
   if (!tap_ok(sp_c.fires >= 1 && sp_a.fires >= 1 && sp_c.now[0] >= sp_a.now[0] + 30,
               "... no earlier than its new deadline"))
     tap_diag("  expected uv_now >= %" PRIu64 ", got %" PRIu64, sp_a.now[0] + 30, sp_c.now[0]);
   EXPECT_U64((uint64_t)sp_f.fires, 1, "the pass goes on after a callback touched other timers");
   EXPECT_U64(sp_f.iter[0], sp_a.iter[0], "... in the same loop iteration");
   EXPECT_U64((uint64_t)sp_d.fires, 1, "a timer due in this pass and restarted as due runs once");
-  EXPECT_U64(sp_d.iter[0], sp_a.iter[0] + 1, "... in the next loop iteration, not in the same pass");
+  EXPECT_U64(sp_d.iter[0], sp_a.iter[0] + 1,
+             "... in the next loop iteration, not in the same pass");
   EXPECT_ERR(sp_start_e, 0, "starting a timer from a callback returns 0");
   EXPECT_U64((uint64_t)sp_e.fires, 1, "a timer started already due from a callback runs once");
-  EXPECT_U64(sp_e.iter[0], sp_a.iter[0] + 1, "... in the next loop iteration, not in the same pass");
+  EXPECT_U64(sp_e.iter[0], sp_a.iter[0] + 1,
+             "... in the next loop iteration, not in the same pass");
   EXPECT_U64((uint64_t)sp_s.fires, 2, "a one-shot that restarts itself in its callback runs again");
   EXPECT_U64((uint64_t)sp_s.active_in_cb[0], 0, "... and was inactive on entry to its callback");
   EXPECT_ERR(sp_s_stop_result, 0, "stop of itself inside its one-shot callback returns 0");
@@ -109,7 +112,7 @@ static void test_same_pass(void) {
   EXPECT_U64((uint64_t)sp_s_active_after_again, 0, "... and leaves it inactive");
   EXPECT_U64((uint64_t)sp_w.fires, 1, "a timer due 1 ms after the pass runs once");
   EXPECT_U64(sp_w.iter[0], sp_a.iter[0] + !w_in_first_pass,
-            "... in the first iteration in which it is due");
+             "... in the first iteration in which it is due");
   tap_ok(sp_a.early + sp_c.early + sp_d.early + sp_e.early + sp_s.early + sp_f.early + sp_w.early ==
              0,
          "no callback of the same-pass scenario ran early");
@@ -195,13 +198,13 @@ static void test_self_restart_zero_no_starving(void) {
   uv_run(&f.loop, UV_RUN_DEFAULT);
 
   EXPECT_U64(self0.restart_failures, 0, "%s: every restart returned 0", T);
-  EXPECT_U64(self0.same_iteration, 0, "%s: never runs twice in one loop iteration (not recursively)",
-            T);
+  EXPECT_U64(self0.same_iteration, 0,
+             "%s: never runs twice in one loop iteration (not recursively)", T);
   EXPECT_U64(self0.idle_not_between + self0.check_not_between, 0,
-            "%s: idle and check handles run between any two of its callbacks", T);
+             "%s: idle and check handles run between any two of its callbacks", T);
   EXPECT_U64((uint64_t)self0.other_fired, 1, "%s: a uv_timer_t due meanwhile still runs", T);
   EXPECT_U64((uint64_t)self0.active_when_other_fired, 1,
-            "%s: ... while the wheel timer keeps restarting", T);
+             "%s: ... while the wheel timer keeps restarting", T);
   EXPECT_U64(self0.gaps, 0, "%s: each restart runs in the very next loop iteration", T);
   if (!tap_ok(self0.fires >= SELF_MIN_RUNS && self0.fires < SELF_MAX_RUNS,
               "%s: it kept running, once per iteration, until told to stop", T))
@@ -211,7 +214,6 @@ static void test_self_restart_zero_no_starving(void) {
   fx_close_handle(&self0.other);
   fx_close(&f);
 }
-
 
 /* A pass that leaves an entry due for the next iteration, followed in the
  * same iteration (before the poll phase) by a start of a much later timer:
@@ -441,11 +443,14 @@ static void test_freed_timers_in_next_slots(void) {
     }
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64((uint64_t)pf_first_runs, 1, "the callback that frees the next slots' timers ran once");
-  EXPECT_U64((uint64_t)pf_freed_runs, 0, "timers stopped and freed after their slot was walked never run");
-  EXPECT_U64((uint64_t)pf_new_runs, 2 * PF_PER_SLOT, "every replacement started into those slots ran");
-  EXPECT_U64((uint64_t)pf_new_order_bad, 0, "the replacements ran in deadline order, FIFO within one");
+  EXPECT_U64((uint64_t)pf_freed_runs, 0,
+             "timers stopped and freed after their slot was walked never run");
+  EXPECT_U64((uint64_t)pf_new_runs, 2 * PF_PER_SLOT,
+             "every replacement started into those slots ran");
+  EXPECT_U64((uint64_t)pf_new_order_bad, 0,
+             "the replacements ran in deadline order, FIFO within one");
   fx_expect_counts(wheel, 0, 1 + 4 * PF_PER_SLOT, 2 * PF_PER_SLOT, 1 + 2 * PF_PER_SLOT,
-                "after the slots were emptied and refilled");
+                   "after the slots were emptied and refilled");
   for (int i = 0; i < 2 * PF_PER_SLOT && pf_first_runs == 1; i++)
     free(pf_new[i]);
   fx_close(&f);
@@ -609,9 +614,12 @@ static void test_stop_start_earlier(void) {
 }
 
 static const tap_case_t cases[] = {
-    TAP_CASE(same_pass),         TAP_CASE(self_restart_zero_no_starving),
-    TAP_CASE(due_entry_not_delayed), TAP_CASE(restart_order),
-    TAP_CASE(freed_timers_in_next_slots), TAP_CASE(order_far_deadlines),
+    TAP_CASE(same_pass),
+    TAP_CASE(self_restart_zero_no_starving),
+    TAP_CASE(due_entry_not_delayed),
+    TAP_CASE(restart_order),
+    TAP_CASE(freed_timers_in_next_slots),
+    TAP_CASE(order_far_deadlines),
     TAP_CASE(stop_start_earlier),
 };
 

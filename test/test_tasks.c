@@ -156,15 +156,15 @@ static void test_argument_errors(void) {
   wheel = f.wheel;
 
   EXPECT_ERR(uvtw_schedule(NULL, 0, task_probe_cb, &probe, &ticket), UV_EINVAL,
-           "errors: schedule on a NULL wheel is UV_EINVAL");
+             "errors: schedule on a NULL wheel is UV_EINVAL");
   tap_ok(ticket == SENTINEL, "errors: a NULL wheel leaves *ticket untouched");
   EXPECT_ERR(uvtw_schedule(wheel, 0, NULL, &probe, &ticket), UV_EINVAL,
-           "errors: schedule with a NULL callback is UV_EINVAL");
+             "errors: schedule with a NULL callback is UV_EINVAL");
   tap_ok(ticket == SENTINEL, "errors: a NULL callback leaves *ticket untouched");
   EXPECT_ERR(uvtw_schedule(NULL, 0, task_probe_cb, &probe, NULL), UV_EINVAL,
-           "errors: fire-and-forget on a NULL wheel is UV_EINVAL");
+             "errors: fire-and-forget on a NULL wheel is UV_EINVAL");
   EXPECT_ERR(uvtw_schedule(wheel, 0, NULL, &probe, NULL), UV_EINVAL,
-           "errors: fire-and-forget with a NULL callback is UV_EINVAL");
+             "errors: fire-and-forget with a NULL callback is UV_EINVAL");
   EXPECT_ERR(uvtw_ticket_cancel(NULL), UV_EINVAL, "errors: cancelling a NULL ticket is UV_EINVAL");
   uvtw_ticket_release(NULL);
   tap_ok(1, "errors: releasing a NULL ticket is ignored");
@@ -185,10 +185,10 @@ typedef struct max_pending_thread_s {
   uvtw_wheel_t *wheel;
   uvtw_ticket_t *to_cancel;
   task_probe_t *probe;
-  int rc_full;          /* schedule while full */
+  int rc_full; /* schedule while full */
   int rc_full_untouched;
-  int rc_cancel;        /* cancel of to_cancel */
-  int rc_after_cancel;  /* schedule right after the won cancel */
+  int rc_cancel;       /* cancel of to_cancel */
+  int rc_after_cancel; /* schedule right after the won cancel */
   uvtw_ticket_t *ticket;
   int rc_full_again;
 } max_pending_thread_t;
@@ -228,20 +228,21 @@ static void test_max_pending(void) {
 
   t = SENTINEL;
   EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[15], &t), UV_ENOBUFS,
-           "max_pending: one schedule past the limit is UV_ENOBUFS");
+             "max_pending: one schedule past the limit is UV_ENOBUFS");
   tap_ok(t == SENTINEL, "max_pending: UV_ENOBUFS leaves *ticket untouched");
   EXPECT_ERR(uvtw_schedule(wheel, 0, task_probe_cb, &probes[15], NULL), UV_ENOBUFS,
-           "max_pending: fire-and-forget tasks count against the limit too");
+             "max_pending: fire-and-forget tasks count against the limit too");
 
   EXPECT_ERR(uvtw_ticket_cancel(tickets[1]), 0, "max_pending: cancelling a pending task wins");
-  EXPECT_ERR(uvtw_ticket_cancel(tickets[1]), 0, "cancel: cancelling again after a win returns 0 again");
+  EXPECT_ERR(uvtw_ticket_cancel(tickets[1]), 0,
+             "cancel: cancelling again after a win returns 0 again");
   tickets[4] = SENTINEL;
   EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[4], &tickets[4]), 0,
-           "max_pending: a won cancel frees its place at once (loop not run in between)");
+             "max_pending: a won cancel frees its place at once (loop not run in between)");
   if (tickets[4] == SENTINEL)
     tickets[4] = NULL; /* failed: nothing to cancel or release (both take NULL) */
   EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[15], NULL), UV_ENOBUFS,
-           "max_pending: ...and only one place");
+             "max_pending: ...and only one place");
 
   /* The same from another thread: its tasks wait in the queue, which counts. */
   max_pending_thread_t m = {.wheel = wheel, .to_cancel = tickets[2], .probe = &probes[5]};
@@ -251,9 +252,11 @@ static void test_max_pending(void) {
   EXPECT_ERR(m.rc_full, UV_ENOBUFS, "max_pending: another thread gets UV_ENOBUFS while full");
   tap_ok(m.rc_full_untouched, "max_pending: ...and its *ticket is untouched");
   EXPECT_ERR(m.rc_cancel, 0, "max_pending: another thread's cancel of a loop-thread task wins");
-  EXPECT_ERR(m.rc_after_cancel, 0, "max_pending: that won cancel frees a place for the other thread at once");
+  EXPECT_ERR(m.rc_after_cancel, 0,
+             "max_pending: that won cancel frees a place for the other thread at once");
   tap_ok(m.ticket != SENTINEL && m.ticket != NULL, "max_pending: ...which gets a ticket");
-  EXPECT_ERR(m.rc_full_again, UV_ENOBUFS, "max_pending: a queued cross-thread task holds its place");
+  EXPECT_ERR(m.rc_full_again, UV_ENOBUFS,
+             "max_pending: a queued cross-thread task holds its place");
   tickets[5] = m.ticket == SENTINEL ? NULL : m.ticket;
 
   /* Cancel everything left; none of it may run, nor keep the loop alive. */
@@ -288,7 +291,8 @@ static void test_max_pending(void) {
   ok = 1;
   for (int i = 8; i < 8 + LIMIT; i++)
     ok &= probes[i].calls == 1 && probes[i].status == 0 && !probes[i].wrong_thread;
-  tap_ok(ok, "max_pending: the %d 0 ms tasks ran once each, with status 0, on the loop thread", LIMIT);
+  tap_ok(ok, "max_pending: the %d 0 ms tasks ran once each, with status 0, on the loop thread",
+         LIMIT);
   EXPECT_U64(probes[15].calls, 0, "max_pending: no rejected task ever ran");
 
   ok = 1;
@@ -313,7 +317,8 @@ static void test_max_pending(void) {
   }
   tap_ok(ok, "max_pending: ...and those cancel again (0)");
   fx_close(&f);
-  EXPECT_U64(probes[15].calls, 0, "max_pending: tasks cancelled before close never ran, even at close");
+  EXPECT_U64(probes[15].calls, 0,
+             "max_pending: tasks cancelled before close never ran, even at close");
 }
 
 /* ---- A loop-thread task keeps the loop alive ------------------------------ */
@@ -333,10 +338,11 @@ static void test_loop_thread_keeps_alive(void) {
   uv_update_time(&f.loop);
   uint64_t t0 = uv_hrtime();
   EXPECT_ERR(uvtw_schedule(wheel, 30, task_probe_cb, &forget, NULL), 0,
-           "keep-alive: fire-and-forget schedule on the loop thread succeeds");
+             "keep-alive: fire-and-forget schedule on the loop thread succeeds");
   tap_ok(uv_loop_alive(&f.loop), "keep-alive: the loop is alive right after the call");
   uvtw_wheel_stats(wheel, &stats);
-  EXPECT_U64(stats.active, 1, "keep-alive: a loop-thread task goes straight into the wheel (stats.active)");
+  EXPECT_U64(stats.active, 1,
+             "keep-alive: a loop-thread task goes straight into the wheel (stats.active)");
   int64_t due = uvtw_wheel_next_due(wheel);
   if (!tap_ok(due >= 0 && due <= 30, "keep-alive: next_due sees the loop-thread task at once"))
     tap_diag("  next_due = %" PRId64 ", expected 0..30", due);
@@ -352,11 +358,13 @@ static void test_loop_thread_keeps_alive(void) {
     tap_diag("  uv_run took %.3f ms", elapsed_ns / 1e6);
 
   EXPECT_ERR(uvtw_schedule(wheel, 5, task_probe_cb, &held, &ticket), 0,
-           "keep-alive: a schedule with a ticket on the loop thread succeeds");
+             "keep-alive: a schedule with a ticket on the loop thread succeeds");
   tap_ok(uv_loop_alive(&f.loop), "keep-alive: the loop is alive right after that call too");
   uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_U64(held.calls, 1, "keep-alive: uv_run(DEFAULT) returned only after the ticketed task ran");
-  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY, "keep-alive: its cancel afterwards is UV_EALREADY");
+  EXPECT_U64(held.calls, 1,
+             "keep-alive: uv_run(DEFAULT) returned only after the ticketed task ran");
+  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY,
+             "keep-alive: its cancel afterwards is UV_EALREADY");
   uvtw_ticket_release(ticket);
   uvtw_wheel_stats(wheel, &stats);
   EXPECT_U64(stats.fired, 2, "keep-alive: stats.fired counts both tasks");
@@ -369,7 +377,7 @@ static void test_loop_thread_keeps_alive(void) {
 typedef struct chain_s {
   uvtw_wheel_t *wheel;
   uv_check_t check;
-  uint64_t iteration;      /* bumped once per loop iteration by the check handle */
+  uint64_t iteration; /* bumped once per loop iteration by the check handle */
   uint64_t last_iteration;
   int links;
   int same_pass;
@@ -409,11 +417,13 @@ static void test_next_iteration(void) {
   uv_check_start(&c.check, chain_check_cb);
   uv_unref((uv_handle_t *)&c.check);
 
-  EXPECT_ERR(uvtw_schedule(c.wheel, 0, chain_cb, &c, NULL), 0, "next-iteration: first link scheduled");
+  EXPECT_ERR(uvtw_schedule(c.wheel, 0, chain_cb, &c, NULL), 0,
+             "next-iteration: first link scheduled");
   uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_U64(c.links, CHAIN_LINKS,
-         "next-iteration: a chain of 0 ms tasks, each scheduled from the previous one's callback, "
-         "keeps the loop alive to the end");
+  EXPECT_U64(
+      c.links, CHAIN_LINKS,
+      "next-iteration: a chain of 0 ms tasks, each scheduled from the previous one's callback, "
+      "keeps the loop alive to the end");
   EXPECT_U64(c.errors, 0, "next-iteration: every link was scheduled and ran with status 0");
   if (!tap_ok(c.same_pass == 0,
               "next-iteration: a due task scheduled inside a wheel callback runs in the next loop "
@@ -434,11 +444,11 @@ typedef struct prompt_s {
   uv_timer_t poll;
   task_probe_t probes[PROMPT_TASKS];
   uvtw_ticket_t *tickets[PROMPT_TASKS];
-  atomic_int phase;       /* 0 scheduling, 1 scheduled, 2 taken in (go cancel), 3 cancelled */
+  atomic_int phase; /* 0 scheduling, 1 scheduled, 2 taken in (go cancel), 3 cancelled */
   int scheduled_ok;
   int cancelled_ok;
-  uint64_t cancelled_ns;  /* when the other thread finished cancelling */
-  uint64_t left_ns;       /* when the loop saw the wheel empty */
+  uint64_t cancelled_ns; /* when the other thread finished cancelling */
+  uint64_t left_ns;      /* when the loop saw the wheel empty */
   uint64_t active_taken_in;
   int taken_in;
 } prompt_t;
@@ -446,7 +456,8 @@ typedef struct prompt_s {
 static void prompt_thread(void *arg) {
   prompt_t *p = arg;
   for (int i = 0; i < PROMPT_TASKS; i++)
-    p->scheduled_ok += uvtw_schedule(p->wheel, 10000, task_probe_cb, &p->probes[i], &p->tickets[i]) == 0;
+    p->scheduled_ok +=
+        uvtw_schedule(p->wheel, 10000, task_probe_cb, &p->probes[i], &p->tickets[i]) == 0;
   atomic_store(&p->phase, 1);
   while (atomic_load(&p->phase) != 2)
     sleep_us(200);
@@ -488,7 +499,7 @@ static void test_cancel_leaves_promptly(void) {
   /* On the loop thread. */
   uint64_t before_ms = uv_hrtime() / 1000000;
   EXPECT_ERR(uvtw_schedule(p->wheel, 10000, task_probe_cb, &local, &ticket), 0,
-           "prompt: a 10 s task is scheduled on the loop thread");
+             "prompt: a 10 s task is scheduled on the loop thread");
   uint64_t after_ms = uv_hrtime() / 1000000;
   uvtw_wheel_stats(p->wheel, &stats);
   EXPECT_U64(stats.active, 1, "prompt: it is in the wheel at once (stats.active)");
@@ -506,11 +517,13 @@ static void test_cancel_leaves_promptly(void) {
   uv_run(&p->f.loop, UV_RUN_DEFAULT);
   uint64_t run_ns = uv_hrtime() - t0;
   uv_run(&p->f.loop, UV_RUN_DEFAULT);
-  if (!tap_ok(run_ns < 1000 * NS_PER_MS,
-              "prompt: a cancelled 10 s task does not keep the loop alive (uv_run returns at once)"))
+  if (!tap_ok(
+          run_ns < 1000 * NS_PER_MS,
+          "prompt: a cancelled 10 s task does not keep the loop alive (uv_run returns at once)"))
     tap_diag("  uv_run(DEFAULT) took %.1f ms", run_ns / 1e6);
   uvtw_wheel_stats(p->wheel, &stats);
-  EXPECT_U64(stats.active, 0, "prompt: after one loop run the cancelled task is gone (stats.active)");
+  EXPECT_U64(stats.active, 0,
+             "prompt: after one loop run the cancelled task is gone (stats.active)");
   due = uvtw_wheel_next_due(p->wheel);
   if (!tap_ok(due == -1, "prompt: ...and next_due no longer sees it"))
     tap_diag("  next_due = %" PRId64 ", expected -1", due);
@@ -534,7 +547,8 @@ static void test_cancel_leaves_promptly(void) {
   uv_run(&p->f.loop, UV_RUN_DEFAULT);
 
   EXPECT_U64(p->scheduled_ok, PROMPT_TASKS, "prompt: another thread scheduled 1000 tasks of 10 s");
-  EXPECT_U64(p->active_taken_in, PROMPT_TASKS, "prompt: the loop took all of them in (stats.active)");
+  EXPECT_U64(p->active_taken_in, PROMPT_TASKS,
+             "prompt: the loop took all of them in (stats.active)");
   EXPECT_U64(p->cancelled_ok, PROMPT_TASKS, "prompt: the other thread's cancels all won");
   uint64_t gone_ms = (p->left_ns - p->cancelled_ns) / NS_PER_MS;
   if (!tap_ok(p->left_ns != 0 && gone_ms < 2000,
@@ -549,7 +563,8 @@ static void test_cancel_leaves_promptly(void) {
   EXPECT_U64(ran, 0, "prompt: none of the cancelled tasks ran");
   uvtw_wheel_stats(p->wheel, &stats);
   EXPECT_U64(stats.stopped, PROMPT_TASKS + 1, "prompt: stats.stopped counts every won cancel");
-  tap_ok(stats.remote_batches > 0, "prompt: stats.remote_batches > 0 after cross-thread scheduling");
+  tap_ok(stats.remote_batches > 0,
+         "prompt: stats.remote_batches > 0 after cross-thread scheduling");
   fx_close(&p->f);
   free(p);
 }
@@ -606,12 +621,12 @@ typedef struct producer_s {
   uint32_t capacity;
   task_t *tasks;
   uint64_t seed;
-  atomic_uint published;  /* tasks[0..published) are settled on the producer side */
+  atomic_uint published; /* tasks[0..published) are settled on the producer side */
   /* Valid once the producer is done. */
   uint32_t scheduled_ok;
-  uint32_t rejected_closing;  /* UV_ECANCELED */
-  uint32_t failures;          /* anything else, or UV_ECANCELED outside a close */
-  uint32_t ok_after_close;    /* 0 returned although close had returned before the call */
+  uint32_t rejected_closing; /* UV_ECANCELED */
+  uint32_t failures;         /* anything else, or UV_ECANCELED outside a close */
+  uint32_t ok_after_close;   /* 0 returned although close had returned before the call */
   uint32_t ok_after_rejection;
   uint32_t touched_on_error;
   uint64_t done_ns;
@@ -628,8 +643,8 @@ struct harness_s {
   uint64_t start_ns;
   atomic_int producers_done;
   atomic_int canceller_done;
-  atomic_int close_returned;  /* uvtw_wheel_close has returned */
-  atomic_int close_cb_done;   /* the close callback is (all but) done */
+  atomic_int close_returned; /* uvtw_wheel_close has returned */
+  atomic_int close_cb_done;  /* the close callback is (all but) done */
 
   /* Canceller tallies, valid once canceller_done. */
   uint64_t cancel_wins, cancel_lost, cancel_bad, cancel_after_close_not_already;
@@ -680,8 +695,11 @@ static void producer_run(void *arg) {
     if (run_left)
       run_left--;
     uint32_t k = (uint32_t)((r >> 32) % 16);
-    task->kind = k < 8 ? K_CANCEL : k < 10 ? K_FORGET : k < 12 ? K_RELEASE_NOW
-               : k < 14 ? K_RELEASE_IN_CB : K_HOLD;
+    task->kind = k < 8    ? K_CANCEL
+                 : k < 10 ? K_FORGET
+                 : k < 12 ? K_RELEASE_NOW
+                 : k < 14 ? K_RELEASE_IN_CB
+                          : K_HOLD;
     task->lag = (uint8_t)((r >> 40) % NLAG);
     if (h->close_mode && task->kind == K_CANCEL && ((r >> 48) & 3) == 0)
       task->lag = LAG_AFTER_CLOSE;
@@ -695,7 +713,8 @@ static void producer_run(void *arg) {
     int closed_before = atomic_load(&h->close_returned);
     uvtw_ticket_t *ticket = SENTINEL;
     task->call_ns = uv_hrtime();
-    int rc = uvtw_schedule(h->wheel, timeout, task_cb, task, task->kind == K_FORGET ? NULL : &ticket);
+    int rc =
+        uvtw_schedule(h->wheel, timeout, task_cb, task, task->kind == K_FORGET ? NULL : &ticket);
     task->schedule_rc = rc;
 
     if (rc == 0) {
@@ -729,7 +748,8 @@ static void producer_run(void *arg) {
         p->rejected_closing++;
       } else {
         if (p->failures++ == 0)
-          note("%s: producer %d task %u: schedule returned %s", h->name, p->index, i, tap_err_name_(rc));
+          note("%s: producer %d task %u: schedule returned %s", h->name, p->index, i,
+               tap_err_name_(rc));
       }
     }
     atomic_store_explicit(&p->published, i + 1, memory_order_release);
@@ -766,11 +786,13 @@ static void canceller_run(void *arg) {
         uint32_t *c = &cursor[p][lag];
         while (*c < published) {
           task_t *task = &prod->tasks[*c];
-          if (task->kind != K_CANCEL || task->lag != lag || task->schedule_rc != 0 || !task->ticket) {
+          if (task->kind != K_CANCEL || task->lag != lag || task->schedule_rc != 0 ||
+              !task->ticket) {
             ++*c;
             continue;
           }
-          if (lag == LAG_AFTER_CLOSE ? !close_cb_done : now < task->call_ns + lag_ms[lag] * NS_PER_MS)
+          if (lag == LAG_AFTER_CLOSE ? !close_cb_done
+                                     : now < task->call_ns + lag_ms[lag] * NS_PER_MS)
             break;
           int after_close = atomic_load_explicit(&h->close_cb_done, memory_order_acquire);
           int rc = uvtw_ticket_cancel(task->ticket);
@@ -780,10 +802,11 @@ static void canceller_run(void *arg) {
           else if (rc == UV_EALREADY)
             h->cancel_lost++;
           else if (h->cancel_bad++ == 0)
-            note("%s: cancel of producer %d task %u returned %s", h->name, p, *c, tap_err_name_(rc));
+            note("%s: cancel of producer %d task %u returned %s", h->name, p, *c,
+                 tap_err_name_(rc));
           if (after_close && rc != UV_EALREADY && h->cancel_after_close_not_already++ == 0)
-            note("%s: cancel after the close callback returned %s for producer %d task %u",
-                 h->name, tap_err_name_(rc), p, *c);
+            note("%s: cancel after the close callback returned %s for producer %d task %u", h->name,
+                 tap_err_name_(rc), p, *c);
           atomic_fetch_add(&task->releases, 1);
           uvtw_ticket_release(task->ticket);
           ++*c;
@@ -814,7 +837,8 @@ static void task_cb(void *arg, int status) {
   h->cb_total++;
   if (!fx_on_loop_thread() && h->cb_wrong_thread++ == 0)
     note("%s: a task callback ran off the loop thread", h->name);
-  if (atomic_load_explicit(&task->cancel_rc, memory_order_relaxed) == 0 && h->ran_after_won_cancel++ == 0)
+  if (atomic_load_explicit(&task->cancel_rc, memory_order_relaxed) == 0 &&
+      h->ran_after_won_cancel++ == 0)
     note("%s: producer %u task %u ran although its cancel had returned 0", h->name, task->producer,
          task->seq);
   if (h->close_cb_runs && h->ran_after_close_cb++ == 0)
@@ -843,8 +867,8 @@ static void task_cb(void *arg, int status) {
 
   h->cb_ok++;
   if (h->close_called && h->ok_after_close++ == 0)
-    note("%s: producer %u task %u ran with status 0 after uvtw_wheel_close", h->name, task->producer,
-         task->seq);
+    note("%s: producer %u task %u ran with status 0 after uvtw_wheel_close", h->name,
+         task->producer, task->seq);
 
   /* Never early, against the call's uv_hrtime() (1 ms truncation allowed)... */
   uint64_t due_ns = task->call_ns + task->timeout * NS_PER_MS;
@@ -950,7 +974,8 @@ static void close_race_poll_cb(uv_timer_t *timer) {
     harness_finish(h);
     uvtw_ticket_t *t = SENTINEL;
     int rc = uvtw_schedule(h->wheel, 0, task_probe_cb, &stray_probe, &t);
-    EXPECT_ERR(rc, UV_ECANCELED, "close race: a loop-thread schedule right after close is UV_ECANCELED");
+    EXPECT_ERR(rc, UV_ECANCELED,
+               "close race: a loop-thread schedule right after close is UV_ECANCELED");
     tap_ok(t == SENTINEL, "close race: ...and leaves *ticket untouched");
   }
 }
@@ -1129,9 +1154,8 @@ static void test_stress(void) {
            "late_max_ms %" PRIu64 ", remote_batches %" PRIu64 ", wakeups %" PRIu64
            " (wasted %" PRIu64 "), cascaded %" PRIu64,
            h->cb_ok ? h->sum_late_ns / (double)h->cb_ok / 1e6 : 0.0, late_percentile(h, 0.5),
-           late_percentile(h, 0.99), h->max_late_ns / 1e6,
-           h->stats.late_max_ms, h->stats.remote_batches, h->stats.wakeups, h->stats.wasted_wakeups,
-           h->stats.cascaded);
+           late_percentile(h, 0.99), h->max_late_ns / 1e6, h->stats.late_max_ms,
+           h->stats.remote_batches, h->stats.wakeups, h->stats.wasted_wakeups, h->stats.cascaded);
 
   tap_ok(!h->timed_out, "stress: all callbacks came before the watchdog");
   EXPECT_U64(a.scheduled_ok, (uint64_t)NPROD * per_producer, "stress: every schedule returned 0");
@@ -1139,15 +1163,18 @@ static void test_stress(void) {
   report_count(h->cancel_bad, "stress: every cancel returned 0 or UV_EALREADY");
   report_count(a.missing, "stress: every task ran unless its cancel returned 0 (never neither)");
   report_count(a.ran_although_won, "stress: no task whose cancel returned 0 ever ran (never both)");
-  report_count(h->ran_after_won_cancel, "stress: no callback started after its cancel had returned 0");
+  report_count(h->ran_after_won_cancel,
+               "stress: no callback started after its cancel had returned 0");
   report_count(a.doubled, "stress: no task ran twice");
   EXPECT_U64(h->cb_ok + h->cancel_wins, a.scheduled_ok,
-         "stress: callbacks with status 0 + won cancels == tasks scheduled");
+             "stress: callbacks with status 0 + won cancels == tasks scheduled");
   report_count(h->cb_bad_status + h->cb_canceled, "stress: every callback had status 0");
   report_count(h->cb_wrong_thread, "stress: every callback ran on the loop thread");
-  report_count(h->early_hr, "stress: never early: uv_hrtime() >= call + timeout - 1 ms at every callback");
+  report_count(h->early_hr,
+               "stress: never early: uv_hrtime() >= call + timeout - 1 ms at every callback");
   report_count(h->early_now, "stress: never early: uv_now(loop) >= deadline at every callback");
-  report_count(h->fifo_broken, "stress: per-thread FIFO: equal timeouts from one thread ran in call order");
+  report_count(h->fifo_broken,
+               "stress: per-thread FIFO: equal timeouts from one thread ran in call order");
   tap_ok(a.forget_ran > 0, "stress: fire-and-forget tasks ran (%" PRIu64 ")", a.forget_ran);
   report_count(a.hold_not_already, "stress: cancel after the callback ran is UV_EALREADY");
   report_count(a.bad_release, "stress: every ticket was released exactly once");
@@ -1169,7 +1196,8 @@ static void test_stress(void) {
               "stress: fired <= stats.started <= tasks scheduled"))
     tap_diag("  started %" PRIu64 ", fired %" PRIu64 ", scheduled %" PRIu64, h->stats.started,
              h->stats.fired, a.scheduled_ok);
-  tap_ok(h->stats.remote_batches > 0, "stress: stats.remote_batches > 0 after cross-thread scheduling");
+  tap_ok(h->stats.remote_batches > 0,
+         "stress: stats.remote_batches > 0 after cross-thread scheduling");
   EXPECT_U64(h->close_cb_runs, 1, "stress: the wheel closed");
   harness_free(h);
   free(h);
@@ -1184,8 +1212,8 @@ static void test_close_race(void) {
   h->name = "close race";
   h->close_mode = 1;
   h->max_timeout = CLOSE_MAX_TIMEOUT;
-  tap_diag("close race: %d producers x up to %u tasks (0..%d ms), closed at about a quarter",
-           NPROD, per_producer, CLOSE_MAX_TIMEOUT);
+  tap_diag("close race: %d producers x up to %u tasks (0..%d ms), closed at about a quarter", NPROD,
+           per_producer, CLOSE_MAX_TIMEOUT);
   harness_start(h, per_producer);
   uv_run(&h->loop, UV_RUN_DEFAULT);
   /* The loop is over; the canceller may still be cancelling (after close). */
@@ -1207,37 +1235,49 @@ static void test_close_race(void) {
 
   EXPECT_U64(h->close_cb_runs, 1, "close race: the close callback ran once");
   report_count(h->ran_after_close_cb, "close race: no task callback ran after the close callback");
-  EXPECT_U64(a.rejected, NPROD * CLOSE_RESERVE,
-         "close race: every producer was still scheduling when the wheel closed, and was rejected");
-  tap_ok(h->cb_canceled > 0, "close race: some tasks were pending at close (UV_ECANCELED callbacks)");
+  EXPECT_U64(
+      a.rejected, NPROD * CLOSE_RESERVE,
+      "close race: every producer was still scheduling when the wheel closed, and was rejected");
+  tap_ok(h->cb_canceled > 0,
+         "close race: some tasks were pending at close (UV_ECANCELED callbacks)");
   report_count(a.failures, "close race: schedules returned only 0 or UV_ECANCELED");
   report_count(a.touched, "close race: UV_ECANCELED left *ticket untouched");
-  report_count(a.ok_after_close, "close race: every schedule after uvtw_wheel_close returned is UV_ECANCELED");
+  report_count(a.ok_after_close,
+               "close race: every schedule after uvtw_wheel_close returned is UV_ECANCELED");
   report_count(a.ok_after_rejection, "close race: no schedule succeeded after one was rejected");
-  EXPECT_ERR(h->schedule_in_close_cb, UV_ECANCELED, "close race: schedule inside the close callback is UV_ECANCELED");
+  EXPECT_ERR(h->schedule_in_close_cb, UV_ECANCELED,
+             "close race: schedule inside the close callback is UV_ECANCELED");
   report_count(h->cancel_bad, "close race: every cancel returned 0 or UV_EALREADY");
   report_count(h->cancel_after_close_not_already,
                "close race: cancels from another thread after the close callback are UV_EALREADY");
-  report_count(a.hold_not_already, "close race: held tickets cancelled after close are UV_EALREADY");
-  report_count(a.missing,
-               "close race: every task whose schedule returned 0 got a callback unless its cancel won");
-  report_count(a.ran_although_won + h->ran_after_won_cancel, "close race: no task ran after its cancel won");
-  report_count(a.doubled, "close race: no task got two callbacks, none got one without being scheduled");
+  report_count(a.hold_not_already,
+               "close race: held tickets cancelled after close are UV_EALREADY");
+  report_count(
+      a.missing,
+      "close race: every task whose schedule returned 0 got a callback unless its cancel won");
+  report_count(a.ran_although_won + h->ran_after_won_cancel,
+               "close race: no task ran after its cancel won");
+  report_count(a.doubled,
+               "close race: no task got two callbacks, none got one without being scheduled");
   report_count(h->ok_after_close, "close race: no status 0 callback after uvtw_wheel_close");
   report_count(h->ecanceled_outside_close, "close race: UV_ECANCELED only from the close");
   report_count(h->cb_bad_status, "close race: statuses were only 0 and UV_ECANCELED");
   report_count(h->cb_wrong_thread, "close race: every callback ran on the loop thread");
   report_count(h->early_hr + h->early_now, "close race: never early");
   report_count(h->fifo_broken, "close race: per-thread FIFO among equal timeouts");
-  report_count(a.bad_release, "close race: every ticket was released exactly once, some after close");
+  report_count(a.bad_release,
+               "close race: every ticket was released exactly once, some after close");
   harness_free(h);
   free(h);
 }
 
-
 static const tap_case_t cases[] = {
-    TAP_CASE(argument_errors),        TAP_CASE(max_pending), TAP_CASE(loop_thread_keeps_alive),
-    TAP_CASE(next_iteration),         TAP_CASE(cancel_leaves_promptly), TAP_CASE(stress),
+    TAP_CASE(argument_errors),
+    TAP_CASE(max_pending),
+    TAP_CASE(loop_thread_keeps_alive),
+    TAP_CASE(next_iteration),
+    TAP_CASE(cancel_leaves_promptly),
+    TAP_CASE(stress),
     TAP_CASE(close_race),
 };
 

@@ -30,10 +30,10 @@ static void test_basics(void) {
     tap_diag("  expected <= 64, got %zu", sizeof(uvtw_timer_t));
 
   EXPECT_ERR(uvtw_wheel_new(NULL, NULL, &wheel), UV_EINVAL,
-            "uvtw_wheel_new(NULL loop) returns UV_EINVAL");
+             "uvtw_wheel_new(NULL loop) returns UV_EINVAL");
   tap_ok(wheel == sentinel, "a failed uvtw_wheel_new leaves *out untouched");
   EXPECT_ERR(uvtw_wheel_new(&f.loop, NULL, NULL), UV_EINVAL,
-            "uvtw_wheel_new(loop, opts, NULL out) returns UV_EINVAL");
+             "uvtw_wheel_new(loop, opts, NULL out) returns UV_EINVAL");
 
   wheel = fx_wheel_new(&f, NULL);
   if (!wheel) {
@@ -41,7 +41,8 @@ static void test_basics(void) {
     return;
   }
   f.wheel = wheel;
-  tap_ok(uvtw_wheel_loop(wheel) == &f.loop, "uvtw_wheel_loop returns the loop the wheel was made on");
+  tap_ok(uvtw_wheel_loop(wheel) == &f.loop,
+         "uvtw_wheel_loop returns the loop the wheel was made on");
   snprintf(version, sizeof version, "%d.%d.%d", UVTW_VERSION_MAJOR, UVTW_VERSION_MINOR,
            UVTW_VERSION_PATCH);
   if (!tap_ok(strcmp(uvtw_version_string(), version) == 0,
@@ -53,13 +54,14 @@ static void test_basics(void) {
              s.wakeups == 0 && s.wasted_wakeups == 0 && s.remote_batches == 0 && s.late_max_ms == 0,
          "a new wheel's stats are all zero");
   EXPECT_I64(uvtw_wheel_next_due(wheel), -1,
-            "uvtw_wheel_next_due of a new wheel is -1 (nothing pending)");
+             "uvtw_wheel_next_due of a new wheel is -1 (nothing pending)");
 
   timer.data = &g_marker;
   uvtw_timer_init(wheel, &timer);
   tap_ok(timer.data == &g_marker, "uvtw_timer_init leaves data alone");
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&timer), 0, "an initialized timer is inactive");
-  EXPECT_U64(uvtw_timer_get_due_in(&timer), 0, "get_due_in of an initialized timer is 0 (inactive)");
+  EXPECT_U64(uvtw_timer_get_due_in(&timer), 0,
+             "get_due_in of an initialized timer is 0 (inactive)");
   EXPECT_U64(uvtw_timer_get_repeat(&timer), 0, "get_repeat of an initialized timer is 0");
   uvtw_timer_set_repeat(&timer, 123);
   EXPECT_U64(uvtw_timer_get_repeat(&timer), 123, "get_repeat returns what set_repeat set");
@@ -81,16 +83,16 @@ static void test_argument_errors(void) {
   wheel = f.wheel;
   uvtw_timer_init(wheel, &timer);
   EXPECT_ERR(uvtw_timer_start(&timer, NULL, 10, 0), UV_EINVAL,
-            "start with a NULL callback returns UV_EINVAL");
+             "start with a NULL callback returns UV_EINVAL");
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&timer), 0,
-            "a start that failed leaves the timer inactive");
+             "a start that failed leaves the timer inactive");
   EXPECT_ERR(uvtw_timer_start(NULL, fx_noop_timer_cb, 10, 0), UV_EINVAL,
-            "start of a NULL timer returns UV_EINVAL");
+             "start of a NULL timer returns UV_EINVAL");
   EXPECT_ERR(uvtw_timer_again(&timer), UV_EINVAL,
-            "again on a never-started timer returns UV_EINVAL");
+             "again on a never-started timer returns UV_EINVAL");
   uvtw_timer_set_repeat(&timer, 10);
   EXPECT_ERR(uvtw_timer_again(&timer), UV_EINVAL,
-            "again on a never-started timer returns UV_EINVAL even with a repeat set");
+             "again on a never-started timer returns UV_EINVAL even with a repeat set");
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&timer), 0, "a failed again leaves the timer inactive");
   EXPECT_ERR(uvtw_timer_stop(&timer), 0, "stop on a never-started timer returns 0");
   fx_expect_counts(wheel, 0, 0, 0, 0, "after only failed calls and a no-op stop");
@@ -117,7 +119,7 @@ static void test_restart(void) {
   EXPECT_ERR(probe_start(&a, 10, 0), 0, "start returns 0");
   EXPECT_ERR(probe_start(&a, 20, 0), 0, "start on an active timer (restart) returns 0");
   EXPECT_U64(uvtw_timer_get_due_in(&a.timer), 20,
-            "a restart replaces the deadline (due_in is the new timeout)");
+             "a restart replaces the deadline (due_in is the new timeout)");
   fx_expect_counts(wheel, 1, 2, 1, 0, "after start + restart");
   for (int i = 0; i < 1000; i++) {
     probe_start(&a, 5 + (uint64_t)(i % 50), 0);
@@ -128,7 +130,7 @@ static void test_restart(void) {
   /* starts: 2 + 2000 in the loop + 2; stops: 1 + (1000 + 999) + 2 (b's first was a start) */
   fx_expect_counts(wheel, 2, 2004, 2002, 0, "after 2000 more restarts of two timers");
   EXPECT_I64(uvtw_wheel_next_due(wheel), 25,
-            "next_due follows the restarts (earliest is now 25 ms away)");
+             "next_due follows the restarts (earliest is now 25 ms away)");
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64((uint64_t)a.fires, 1, "a timer restarted many times runs once");
   EXPECT_U64((uint64_t)b.fires, 1, "a second timer restarted many times runs once");
@@ -169,7 +171,7 @@ static void test_stop(void) {
   aux_start(&keep, 60); /* keep the loop running past both deadlines */
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64((uint64_t)a.fires, 0,
-            "a stopped timer never runs, even when the loop passes its deadline");
+             "a stopped timer never runs, even when the loop passes its deadline");
   EXPECT_U64((uint64_t)b.fires, 1, "the other timer still runs");
   fx_expect_counts(wheel, 0, 2, 1, 1, "after the remaining timer ran");
   fx_close_handle(&keep.handle);
@@ -206,7 +208,7 @@ static void test_again(void) {
   probe_start(&a, 50, 0);
   EXPECT_ERR(uvtw_timer_again(&a.timer), 0, "again with repeat 0 returns 0");
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&a.timer), 0,
-            "again with repeat 0 stops an active timer");
+             "again with repeat 0 stops an active timer");
   fx_expect_counts(wheel, 0, 1, 1, 0, "after again with repeat 0 stopped an active timer");
   EXPECT_ERR(uvtw_timer_again(&a.timer), 0, "again with repeat 0 on a stopped timer returns 0");
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&a.timer), 0, "... and leaves it inactive");
@@ -218,7 +220,7 @@ static void test_again(void) {
   EXPECT_ERR(uvtw_timer_again(&b.timer), 0, "again on an active repeating timer returns 0");
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&b.timer), 1, "again keeps a repeating timer active");
   EXPECT_U64(uvtw_timer_get_due_in(&b.timer), 30,
-            "again re-arms to timeout = repeat (due_in 30, not 1000)");
+             "again re-arms to timeout = repeat (due_in 30, not 1000)");
   b.deadline = t0 + 30;
   fx_expect_counts(wheel, 1, 3, 2, 0, "after again on an active repeating timer (a restart)");
 
@@ -228,7 +230,7 @@ static void test_again(void) {
   uvtw_timer_set_repeat(&c.timer, 20);
   EXPECT_ERR(uvtw_timer_again(&c.timer), 0, "again on a stopped timer with a repeat set returns 0");
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&c.timer), 1,
-            "again arms a stopped timer that has a repeat");
+             "again arms a stopped timer that has a repeat");
   EXPECT_U64(uvtw_timer_get_due_in(&c.timer), 20, "again arms it to timeout = repeat");
   c.deadline = uv_now(&f.loop) + 20;
   fx_expect_counts(wheel, 2, 5, 3, 0, "after again armed an inactive timer (a start, no stop)");
@@ -243,10 +245,10 @@ static void test_again(void) {
   EXPECT_U64(uvtw_timer_get_due_in(&d.timer), 15, "... and re-arms it to timeout = repeat");
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64((uint64_t)b.fires, 1,
-            "the timer re-armed by again ran (once: its callback stopped it)");
+             "the timer re-armed by again ran (once: its callback stopped it)");
   EXPECT_U64((uint64_t)c.fires, 1, "the stopped timer armed by again ran");
   EXPECT_U64((uint64_t)d.fires, 2,
-            "again on a one-shot that ran makes it run again (then its callback stopped it)");
+             "again on a one-shot that ran makes it run again (then its callback stopped it)");
   tap_ok(b.early == 0 && c.early == 0 && d.early == 0, "timers armed by again never run early");
   EXPECT_U64((uint64_t)a.fires, 0, "a timer stopped by again never runs");
   fx_close(&f);
@@ -343,7 +345,7 @@ static void test_repeat(void) {
   uv_run(&f.loop, UV_RUN_DEFAULT);
 
   EXPECT_U64((uint64_t)rp_main.fires, 4,
-            "a repeating timer runs until its callback stops it (4 runs)");
+             "a repeating timer runs until its callback stops it (4 runs)");
   if (!tap_ok(rp_main.fires >= 1 && rp_main.now[0] >= t0 + 10,
               "the first run waits for the timeout"))
     tap_diag("  expected uv_now >= %" PRIu64 ", got %" PRIu64, t0 + 10, rp_main.now[0]);
@@ -362,7 +364,7 @@ static void test_repeat(void) {
   tap_ok(all_repeat, "get_repeat inside the callback returns the repeat");
 
   EXPECT_U64((uint64_t)rp_start.fires, 2,
-            "start inside the callback overrides the re-arm (runs twice, not repeating)");
+             "start inside the callback overrides the re-arm (runs twice, not repeating)");
   EXPECT_U64(rp_due_after_start, 40, "start inside the callback sets due_in to its own timeout");
   EXPECT_U64(rp_repeat_after_start, 0, "start inside the callback sets its own repeat");
   if (rp_start.fires >= 2)
@@ -371,18 +373,19 @@ static void test_repeat(void) {
   else
     tap_ok(0, "the timer restarted in its callback runs after the new timeout");
   EXPECT_U64((uint64_t)(rp_start.fires >= 2 ? rp_start.active_in_cb[1] : -1), 0,
-            "after the restart as one-shot it is inactive in its next callback");
+             "after the restart as one-shot it is inactive in its next callback");
 
   EXPECT_ERR(rp_again_result, 0, "again inside the callback returns 0");
   EXPECT_U64(rp_due_after_again, 25, "again inside the callback re-arms with the new repeat");
-  EXPECT_U64((uint64_t)rp_again.fires, 2, "again inside the callback: runs once more, then stopped");
+  EXPECT_U64((uint64_t)rp_again.fires, 2,
+             "again inside the callback: runs once more, then stopped");
   if (rp_again.fires >= 2)
     check_intervals(&rp_again, 25, "the timer re-armed by again runs after the new repeat");
   else
     tap_ok(0, "the timer re-armed by again runs after the new repeat");
 
   EXPECT_U64((uint64_t)rp_stop.fires, 1,
-            "stop inside the callback overrides the re-arm (never runs again)");
+             "stop inside the callback overrides the re-arm (never runs again)");
   EXPECT_ERR(rp_stop_result, 0, "stop inside the callback of a repeating timer returns 0");
   EXPECT_U64((uint64_t)rp_active_after_stop, 0, "the timer is inactive after that stop");
 
@@ -390,11 +393,11 @@ static void test_repeat(void) {
       (uint64_t)rp_norepeat.fires, 2,
       "set_repeat(0) inside the callback keeps the re-arm already made, then stops repeating");
   EXPECT_U64((uint64_t)(rp_norepeat.fires >= 2 ? rp_norepeat.active_in_cb[1] : -1), 0,
-            "with repeat 0 the next callback sees its timer inactive");
+             "with repeat 0 the next callback sees its timer inactive");
 
   EXPECT_U64((uint64_t)rp_oneshot.fires, 1, "a one-shot timer runs once");
   EXPECT_U64((uint64_t)rp_oneshot.active_in_cb[0], 0,
-            "a one-shot timer is inactive inside its callback");
+             "a one-shot timer is inactive inside its callback");
   EXPECT_U64(rp_oneshot.due_in_in_cb[0], 0, "get_due_in of a one-shot inside its callback is 0");
 
   EXPECT_U64((uint64_t)rp_late.fires, 2, "a late repeating timer runs until stopped (2 runs)");
@@ -445,12 +448,12 @@ static void test_get_due_in(void) {
   EXPECT_U64(uvtw_timer_get_due_in(&due_probe.timer), 0, "get_due_in of an inactive timer is 0");
   probe_start(&due_probe, 100, 0);
   EXPECT_U64(uvtw_timer_get_due_in(&due_probe.timer), 100,
-            "get_due_in right after start is the timeout");
+             "get_due_in right after start is the timeout");
   aux_init(&f.loop, &at30, due_check_at_30);
   aux_start(&at30, 30);
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64(due_seen_at_30, due_expected_at_30,
-            "get_due_in counts down with uv_now() (deadline - now)");
+             "get_due_in counts down with uv_now() (deadline - now)");
   EXPECT_U64((uint64_t)due_probe.fires, 1, "the timer ran");
   EXPECT_U64(uvtw_timer_get_due_in(&due_probe.timer), 0, "get_due_in after a one-shot ran is 0");
 
@@ -504,31 +507,31 @@ static void test_huge_timeouts(void) {
   probe_init(huge_wheel, &huge_r, 'r', huge_r_action_real);
 
   EXPECT_ERR(uvtw_timer_start(&huge_a.timer, probe_cb, UINT64_MAX, 0), 0,
-            "start with timeout UINT64_MAX (deadline overflows) returns 0");
+             "start with timeout UINT64_MAX (deadline overflows) returns 0");
   huge_a.deadline = UINT64_MAX;
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&huge_a.timer), 1, "a saturated timer is active");
   EXPECT_I64(uvtw_wheel_next_due(huge_wheel), INT64_MAX,
-            "next_due is INT64_MAX when only a saturated timer is pending");
+             "next_due is INT64_MAX when only a saturated timer is pending");
   if (!tap_ok(uvtw_timer_get_due_in(&huge_a.timer) >= (uint64_t)INT64_MAX,
               "get_due_in of a saturated timer is huge (>= INT64_MAX)"))
     tap_diag("  got %" PRIu64, uvtw_timer_get_due_in(&huge_a.timer));
   EXPECT_ERR(uvtw_timer_start(&huge_b.timer, probe_cb, far, 0), 0,
-            "start with timeout INT64_MAX + 1000 returns 0");
+             "start with timeout INT64_MAX + 1000 returns 0");
   huge_b.deadline = UINT64_MAX;
   EXPECT_I64(uvtw_wheel_next_due(huge_wheel), INT64_MAX,
-            "next_due is INT64_MAX when the earliest entry is further away than that");
+             "next_due is INT64_MAX when the earliest entry is further away than that");
   EXPECT_ERR(probe_start(&huge_r, 20, UINT64_MAX), 0, "start with a UINT64_MAX repeat returns 0");
   EXPECT_I64(uvtw_wheel_next_due(huge_wheel), 20,
-            "next_due is exact with a normal timer before the huge ones");
+             "next_due is exact with a normal timer before the huge ones");
 
   aux_init(&f.loop, &stopper, huge_stop_all);
   aux_start(&stopper, 60);
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64((uint64_t)huge_r.fires, 1, "a timer with a saturating repeat runs once");
   EXPECT_U64((uint64_t)huge_r.active_in_cb[0], 1,
-            "... and stays active inside its callback (re-armed, saturated)");
+             "... and stays active inside its callback (re-armed, saturated)");
   EXPECT_I64(huge_next_due_in_cb, INT64_MAX,
-            "next_due is INT64_MAX once only saturated timers are left");
+             "next_due is INT64_MAX once only saturated timers are left");
   EXPECT_U64((uint64_t)(huge_a.fires + huge_b.fires), 0, "saturated timers never run");
   EXPECT_U64((uint64_t)huge_active_at_stop, 1, "saturated timers are still active 60 ms later");
   EXPECT_ERR(huge_stop_results, 0, "saturated timers are stoppable (stop returns 0)");
@@ -551,10 +554,10 @@ static void test_huge_timeouts(void) {
   probe_start(&huge_r, UINT64_MAX, 0);
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64((uint64_t)watch.fires, 1,
-            "a referenced wheel whose pending timers are saturated keeps the loop alive, like "
-            "uv_timer_t");
+             "a referenced wheel whose pending timers are saturated keeps the loop alive, like "
+             "uv_timer_t");
   EXPECT_U64((uint64_t)(huge_a.fires + huge_b.fires + huge_r.fires), 1,
-            "saturated timers never ran (only the normal one, earlier)");
+             "saturated timers never ran (only the normal one, earlier)");
   if (!watch.fires) {
     uvtw_timer_stop(&huge_a.timer);
     uvtw_timer_stop(&huge_b.timer);
@@ -671,7 +674,7 @@ static void test_stats(void) {
               "%s: both ran once, on time or late", T))
     tap_diag("  got %d and %d runs, %d and %d early", l.fires, a.fires, l.early, a.early);
   EXPECT_U64(s.late_max_ms, late_l > late_a ? late_l : late_a,
-            "stats.late_max_ms is the largest uv_now() - deadline seen at a callback");
+             "stats.late_max_ms is the largest uv_now() - deadline seen at a callback");
   if (!tap_ok(late_l >= 20, "%s: the blocked loop made the timer late (test precondition)", T))
     tap_diag("  expected >= 20 ms late, got %" PRIu64, late_l);
   /* A restart and a stop happened before the loop ran, so up to two wakeups
@@ -730,7 +733,7 @@ static void test_next_due(void) {
   EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 30, "next_due follows an earlier timer");
   uvtw_timer_stop(&b.timer);
   EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 100,
-            "next_due is exact after the earliest timer was stopped");
+             "next_due is exact after the earliest timer was stopped");
   probe_start(&a, 50, 0);
   EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 50, "next_due follows a restart");
   uvtw_timer_stop(&a.timer);
@@ -767,7 +770,7 @@ static void test_next_due(void) {
   EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 300000, "next_due is exact for a deadline 5 min away");
   uvtw_timer_stop(&b.timer);
   EXPECT_I64(uvtw_wheel_next_due(nd_wheel), (int64_t)1 << 40,
-            "next_due is exact for a deadline 2^40 ms away");
+             "next_due is exact for a deadline 2^40 ms away");
   uvtw_timer_stop(&o.timer);
   EXPECT_I64(uvtw_wheel_next_due(nd_wheel), -1, "next_due is -1 when all were stopped");
 
@@ -788,17 +791,17 @@ static void test_next_due(void) {
   probe_start(&nd_y, 70, 0);
   probe_start(&nd_x, 10, 0);
   EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 10,
-            "after the wheel was idle while the clock moved on, next_due is exact");
+             "after the wheel was idle while the clock moved on, next_due is exact");
   uv_run(&f.loop, UV_RUN_DEFAULT);
   if (!tap_ok(strcmp(g_log, "xy") == 0 && nd_x.early == 0 && nd_y.early == 0,
               "timers started after an idle stretch run in order and not early"))
     tap_diag("  expected \"xy\" with none early, got \"%s\"", g_log);
   EXPECT_I64(nd_after_x, (int64_t)nd_expect_after_x,
-            "next_due inside a callback is exact (next timer)");
+             "next_due inside a callback is exact (next timer)");
   EXPECT_I64(nd_after_y, (int64_t)nd_expect_after_y,
-            "next_due inside a callback is exact (a far timer)");
+             "next_due inside a callback is exact (a far timer)");
   EXPECT_I64(uvtw_wheel_next_due(nd_wheel), -1,
-            "next_due is -1 after the last timer ran or was stopped");
+             "next_due is -1 after the last timer ran or was stopped");
   fx_close_handle(&keep.handle);
   fx_close(&f);
   log_reset();
@@ -860,7 +863,7 @@ static void test_tick(void) {
       "%s: deadlines round up to a multiple of tick_ms of uv_now() (get_due_in), multiples stay",
       T);
   EXPECT_I64(uvtw_wheel_next_due(wheel), (int64_t)(min_want - now),
-            "%s: next_due is the rounded earliest deadline", T);
+             "%s: next_due is the rounded earliest deadline", T);
   probe_init(wheel, &rep, 'R', tick_repeat_action);
   probe_start(&rep, 3, 5);
   rep.deadline = round_up(now + 3, TICK);
@@ -885,7 +888,7 @@ static void test_tick(void) {
         tap_diag("  timer %c (deadline %" PRIu64 ") ran after %c (deadline %" PRIu64 ")", 'a' + i,
                  want[i], 'a' + j, want[j]);
   EXPECT_U64(bad_order, 0,
-            "%s: callbacks run in rounded-deadline order, equal rounded deadlines FIFO", T);
+             "%s: callbacks run in rounded-deadline order, equal rounded deadlines FIFO", T);
 
   EXPECT_U64((uint64_t)rep.fires, 3, "%s: a repeating timer runs until stopped", T);
   for (int k = 0; k < rep.fires && k < PROBE_FIRES_KEPT; k++) {
@@ -991,11 +994,12 @@ static void test_inactive_timer_memory(void) {
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_ERR(fr_stop_b, 0, "stopping a timer due in the same pass from another callback returns 0");
   EXPECT_U64((uint64_t)fr_b_runs, 0,
-            "a timer stopped and freed by another callback of the same pass never runs");
+             "a timer stopped and freed by another callback of the same pass never runs");
   EXPECT_U64((uint64_t)a.fires, 1, "the callback that freed it ran once");
   EXPECT_U64((uint64_t)d->fires, 1, "a timer in memory of a freed stopped timer runs normally");
   EXPECT_U64((uint64_t)e.fires, 1, "a stopped timer re-initialized on another wheel runs there");
-  fx_expect_counts(w1, 0, 5, 3, 2, "of the first wheel (a b c d e started; b c e stopped; a d ran)");
+  fx_expect_counts(w1, 0, 5, 3, 2,
+                   "of the first wheel (a b c d e started; b c e stopped; a d ran)");
   fx_expect_counts(w2, 0, 1, 0, 1, "of the second wheel (e started and ran)");
   if (!tap_ok(strcmp(g_log, "ade") == 0, "the remaining timers ran in deadline order"))
     tap_diag("  expected \"ade\", got \"%s\"", g_log);
@@ -1007,8 +1011,7 @@ static void test_inactive_timer_memory(void) {
 }
 
 /* Timers of two wheels on one loop, operated on in random interleaving:
- * each operation must reach its own timer's wheel (the library remembers
- * the last wheel used on the thread, and must notice every switch). */
+ * each operation must reach its own timer's wheel and count in its stats. */
 enum { TW_TIMERS = 200, TW_OPS = 4000 };
 static int tw_fires[2][TW_TIMERS];
 static uvtw_timer_t tw_timer[2][TW_TIMERS];
@@ -1066,11 +1069,12 @@ static void test_two_wheels_interleaved(void) {
     uint64_t linked = 0;
     for (int i = 0; i < TW_TIMERS; i++)
       linked += uvtw_timer_is_active(&tw_timer[k][i]) == (active[k][i] ? 1 : 0);
-    EXPECT_U64(linked, TW_TIMERS, k == 0 ? "the first wheel's timers are active exactly as started"
-                                        : "the second wheel's timers are active exactly as started");
+    EXPECT_U64(linked, TW_TIMERS,
+               k == 0 ? "the first wheel's timers are active exactly as started"
+                      : "the second wheel's timers are active exactly as started");
     fx_expect_counts(w[k], n_active[k], started[k], stopped[k], 0,
-                  k == 0 ? "of the first wheel after the interleaved operations"
-                         : "of the second wheel after the interleaved operations");
+                     k == 0 ? "of the first wheel after the interleaved operations"
+                            : "of the second wheel after the interleaved operations");
   }
   uv_run(&f.loop, UV_RUN_DEFAULT);
   for (int k = 0; k < 2; k++) {
@@ -1078,10 +1082,11 @@ static void test_two_wheels_interleaved(void) {
     for (int i = 0; i < TW_TIMERS; i++)
       right += tw_fires[k][i] == (active[k][i] ? 1 : 0);
     EXPECT_U64(right, TW_TIMERS,
-              k == 0 ? "each of the first wheel's timers ran once if left active, else never"
-                     : "each of the second wheel's timers ran once if left active, else never");
+               k == 0 ? "each of the first wheel's timers ran once if left active, else never"
+                      : "each of the second wheel's timers ran once if left active, else never");
     fx_expect_counts(w[k], 0, started[k], stopped[k], n_active[k],
-                  k == 0 ? "of the first wheel once all ran" : "of the second wheel once all ran");
+                     k == 0 ? "of the first wheel once all ran"
+                            : "of the second wheel once all ran");
   }
   for (int k = 0; k < 2; k++)
     fx_wheel_close(&f, w[k]);
@@ -1194,11 +1199,20 @@ static void test_wheels_reused(void) {
 }
 
 static const tap_case_t cases[] = {
-    TAP_CASE(basics),        TAP_CASE(argument_errors), TAP_CASE(restart),
-    TAP_CASE(stop),          TAP_CASE(again),           TAP_CASE(repeat),
-    TAP_CASE(get_due_in),    TAP_CASE(huge_timeouts),   TAP_CASE(wakeups),
-    TAP_CASE(stats),         TAP_CASE(next_due),        TAP_CASE(tick),
-    TAP_CASE(inactive_timer_memory), TAP_CASE(two_wheels_interleaved),
+    TAP_CASE(basics),
+    TAP_CASE(argument_errors),
+    TAP_CASE(restart),
+    TAP_CASE(stop),
+    TAP_CASE(again),
+    TAP_CASE(repeat),
+    TAP_CASE(get_due_in),
+    TAP_CASE(huge_timeouts),
+    TAP_CASE(wakeups),
+    TAP_CASE(stats),
+    TAP_CASE(next_due),
+    TAP_CASE(tick),
+    TAP_CASE(inactive_timer_memory),
+    TAP_CASE(two_wheels_interleaved),
     TAP_CASE(wheels_reused),
 };
 

@@ -268,11 +268,12 @@ static void test_twin_thousands(void) {
   if (!tap_ok(late_max >= 50, "%s: the blocked callbacks left timers overdue (test precondition)",
               T))
     tap_diag("  expected some callback >= 50 ms late, the latest was %" PRIu64 " ms", late_max);
-  fx_expect_counts(wheel, 0, eq.starts, eq.stops, eq.starts, "after thousands of one-shot timers ran");
-  s = eq_check_wakeups(wheel, T,
-                       "the wheel woke only for due callbacks (1 <= wakeups <= distinct deadlines)");
+  fx_expect_counts(wheel, 0, eq.starts, eq.stops, eq.starts,
+                   "after thousands of one-shot timers ran");
+  s = eq_check_wakeups(
+      wheel, T, "the wheel woke only for due callbacks (1 <= wakeups <= distinct deadlines)");
   EXPECT_U64(s.late_max_ms, late_max,
-            "%s: stats.late_max_ms is the largest uv_now() - deadline seen", T);
+             "%s: stats.late_max_ms is the largest uv_now() - deadline seen", T);
   eq_finish(&f);
 }
 
@@ -293,7 +294,8 @@ static uint64_t stagger_timeout(uint64_t now) {
   uint64_t target;
   if (fx_rng_below(3) == 0)
     return fx_rng_below(70);
-  target = eq.t0 + stagger_targets[fx_rng_below(sizeof stagger_targets / sizeof stagger_targets[0])];
+  target =
+      eq.t0 + stagger_targets[fx_rng_below(sizeof stagger_targets / sizeof stagger_targets[0])];
   return target > now ? target - now : 0;
 }
 
@@ -359,7 +361,7 @@ static void test_twin_staggered(void) {
 
   eq_verify(T);
   fx_expect_counts(wheel, 0, eq.starts, eq.stops, eq.starts - eq.stops,
-                "after staggered starts, restarts and stops");
+                   "after staggered starts, restarts and stops");
   fx_close_handle(&eq.driver);
   eq_finish(&f);
 }
@@ -394,7 +396,6 @@ static void test_twin_across_levels(void) {
   fx_expect_counts(wheel, 0, LEVEL_TIMERS, 0, LEVEL_TIMERS, "after timers across levels ran");
   eq_finish(&f);
 }
-
 
 /* ---- Twins started from each kind of callback (issue 16) ------------------- */
 
@@ -636,8 +637,8 @@ static void self_restart_from(start_from_t from, const char *T) {
   int r = uv_run(&f.loop, UV_RUN_DEFAULT);
   sr.run_returned = 1;
   EXPECT_I64(r, 0, "%s: uv_run(DEFAULT) returns 0", T);
-  EXPECT_U64(sr.fires, SELF_ROUNDS,
-             "%s: all %d rounds fired before uv_run(DEFAULT) returned", T, SELF_ROUNDS);
+  EXPECT_U64(sr.fires, SELF_ROUNDS, "%s: all %d rounds fired before uv_run(DEFAULT) returned", T,
+             SELF_ROUNDS);
   EXPECT_U64(uvtw_timer_is_active(&sr.timer), 0, "%s: the timer is inactive after the last round",
              T);
   EXPECT_U64(sr.restart_errors, 0, "%s: every start returned 0", T);

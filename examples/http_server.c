@@ -143,6 +143,7 @@ static struct {
   uint64_t delay_scheduled, delay_fired, delay_cancelled, delay_failed;
   uint64_t drain_answered;  /* responses written after the first signal */
   uint64_t drain_dropped;   /* connections with a request in flight closed by the shutdown */
+  uint64_t buffered, buffered_peak; /* bytes held for connections: kept requests, queued answers */
 } counters;
 
 /* ---- The clock ------------------------------------------------------------ */
@@ -224,6 +225,7 @@ typedef struct conn_s {
   delay_job_t *job;           /* the /delay answer in progress, if any */
   char *pending;              /* bytes received while answering: [pending_off, pending_len) */
   uint32_t pending_len, pending_off;
+  uint32_t pending_cap;       /* bytes allocated for pending */
   uint32_t head_bytes;        /* URL, header names and values of the current head */
   uint32_t header_count;
   uint32_t body_bytes;
@@ -356,8 +358,10 @@ static size_t format_stats(char *out, size_t size) {
       counters.accept_nomem, counters.requests);
   for (i = 0; i < CLOSE_REASONS; i++)
     PUT(" %s=%" PRIu64, close_reason_names[i], counters.closed[i]);
-  PUT(" linger_timeouts=%" PRIu64 " drain_answered=%" PRIu64 " drain_dropped=%" PRIu64,
-      counters.linger_timeouts, counters.drain_answered, counters.drain_dropped);
+  PUT(" linger_timeouts=%" PRIu64 " drain_answered=%" PRIu64 " drain_dropped=%" PRIu64
+      " buffered_bytes=%" PRIu64 " buffered_bytes_peak=%" PRIu64,
+      counters.linger_timeouts, counters.drain_answered, counters.drain_dropped,
+      counters.buffered, counters.buffered_peak);
   PUT(" timers_armed=%" PRIu64 " timers_armed_peak=%" PRIu64 " early_fires=%" PRIu64
       " late_max_ms=%" PRIu64,
       counters.timers_armed, counters.timers_armed_peak, counters.early_fires,
@@ -384,6 +388,7 @@ typedef struct write_req_s {
   uv_write_t req;
   conn_t *conn;
   int interim; /* 100 Continue: not the answer */
+  size_t len;
   char data[];
 } write_req_t;
 
@@ -421,6 +426,7 @@ static void on_write(uv_write_t *req, int status) {
   write_req_t *w = container_of(req, write_req_t, req);
   conn_t *c = w->conn;
   int interim = w->interim;
+  counters.buffered -= w->len;
   free(w);
   if (c->state == ST_CLOSING)
     return; /* cancelled by uv_close */
@@ -442,6 +448,19 @@ static void on_write(uv_write_t *req, int status) {
   conn_resume(c);
 }
 
+static void buffered_add(size_t n) {
+  counters.buffered += n;
+  if (counters.buffered > counters.buffered_peak)
+    counters.buffered_peak = counters.buffered;
+}
+
+static void pending_free(conn_t *c) {
+  free(c->pending);
+  counters.buffered -= c->pending_cap;
+  c->pending = NULL;
+  c->pending_len = c->pending_off = c->pending_cap = 0;
+}
+
 /* Queues bytes on the connection; a response that the kernel did not take at
  * once is under the send timeout. Returns 0 or closes the connection. */
 static int conn_write(conn_t *c, write_req_t *w, size_t len) {
@@ -454,6 +473,8 @@ static int conn_write(conn_t *c, write_req_t *w, size_t len) {
     conn_close(c, CLOSE_PEER);
     return r;
   }
+  w->len = len;
+  buffered_add(len);
   if (!w->interim && uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0)
     timeout_start(&c->io_timeout, on_send_timeout, config.send_timeout);
   return 0;
@@ -941,13 +962,17 @@ static void conn_keep_pending(conn_t *c, const char *data, size_t len) {
     c->pending_len -= c->pending_off;
     c->pending_off = 0;
   }
-  grown = realloc(c->pending, c->pending_len + len);
-  if (grown == NULL) {
-    conn_close(c, CLOSE_NO_MEMORY);
-    return;
+  if (c->pending_len + len > c->pending_cap) {
+    grown = realloc(c->pending, c->pending_len + len);
+    if (grown == NULL) {
+      conn_close(c, CLOSE_NO_MEMORY);
+      return;
+    }
+    buffered_add(c->pending_len + len - c->pending_cap);
+    c->pending_cap = (uint32_t)(c->pending_len + len);
+    c->pending = grown;
   }
-  memcpy(grown + c->pending_len, data, len);
-  c->pending = grown;
+  memcpy(c->pending + c->pending_len, data, len);
   c->pending_len += (uint32_t)len;
   if (c->pending_len > PENDING_MAX && c->reading) {
     uv_read_stop((uv_stream_t *)&c->tcp); /* back-pressure until it is parsed */
@@ -1002,11 +1027,8 @@ static void conn_resume(conn_t *c) {
   }
   if (c->state == ST_CLOSING)
     return;
-  if (c->pending_off == c->pending_len) {
-    free(c->pending);
-    c->pending = NULL;
-    c->pending_len = c->pending_off = 0;
-  }
+  if (c->pending_off == c->pending_len)
+    pending_free(c);
   if (closing) {
     if (c->state == ST_IDLE || c->state == ST_READING)
       conn_close(c, shutting_down ? CLOSE_SHUTDOWN : CLOSE_PEER);
@@ -1086,9 +1108,7 @@ static void conn_close(conn_t *c, enum close_reason reason) {
     delay_abandon(c->job);
     c->job = NULL;
   }
-  free(c->pending);
-  c->pending = NULL;
-  c->pending_len = c->pending_off = 0;
+  pending_free(c);
   if (c->prev != NULL)
     c->prev->next = c->next;
   else

@@ -129,9 +129,9 @@ async function main() {
   t.ok(earliest >= closesAt - 1,
     `raw: none before keepAliveTimeout + 1 s buffer (${closesAt} ms)`,
     `expected >= ${closesAt - 1} ms, earliest ${earliest.toFixed(1)} ms`);
-  t.ok(latest <= closesAt + 500,
-    `raw: closed within keepAliveTimeout + 1 s buffer + 500 ms of the response (latest ${latest.toFixed(1)} ms)`,
-    `expected <= ${closesAt + 500} ms`);
+  t.ok(latest <= closesAt + 1000,
+    `raw: closed within keepAliveTimeout + 1 s buffer + 1 s of the response (latest ${latest.toFixed(1)} ms)`,
+    `expected <= ${closesAt + 1000} ms`);
 
   server.proc.kill('SIGTERM');
   const exit = await server.exited;

@@ -38,6 +38,10 @@ struct uvtw_wheel_s {
   wheel_t wheel;
 };
 
+static inline uint64_t uvtw__add_saturating(uint64_t a, uint64_t b) {
+  return a + b < a ? UINT64_MAX : a + b;
+}
+
 /* loop.c, for tasks.c */
 
 /* The wheel's clock in ms. */
@@ -56,18 +60,17 @@ void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline);
 
 int uvtw__shared_new(uvtw_wheel_t *w, uint32_t max_pending);
 void uvtw__shared_release(uvtw_shared_t *sh);
-/* The callback of a task's wheel entry: runs the task with status 0. */
+/* The callback of a task's wheel entry: runs the task with status 0, or
+ * with UV_ECANCELED once the wheel is closing. */
 void uvtw__task_fire(uvtw_timer_t *entry);
-/* Ends a task entry the closing wheel took out: runs it with UV_ECANCELED. */
-void uvtw__task_close(uvtw_timer_t *entry);
 /* Takes in everything other threads queued. */
 void uvtw__tasks_take_in(uvtw_wheel_t *w);
 /* Closes the queue, waits for senders to leave it, and ends every task
  * still queued with UV_ECANCELED. */
 void uvtw__tasks_close(uvtw_wheel_t *w);
-/* Taken-in tasks cancelled by another thread but not yet unlinked. */
-uint64_t uvtw__tasks_cancelled_linked(const uvtw_wheel_t *w);
-/* Cancels that returned 0. */
-uint64_t uvtw__tasks_cancels_won(const uvtw_wheel_t *w);
+/* Completes the wheel's counters with the tasks': cancels that returned 0
+ * are stops, and tasks cancelled by another thread but not yet unlinked are
+ * not active. */
+void uvtw__tasks_stats(const uvtw_wheel_t *w, uvtw_stats_t *out);
 
 #endif

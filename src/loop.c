@@ -35,15 +35,12 @@
  * while something is pending, it then keeps the loop alive exactly when a
  * referenced uv_timer_t would.
  */
-#include <assert.h>
 #include <stdlib.h>
 
 #include "internal.h"
 
 #define TIMER_UNREF ((uintptr_t)1) /* in wheel_: does not keep the loop alive */
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
 
 /* The public uvtw_timer_t keeps the wheel's node in a field of its own
  * type, with the same layout. */
@@ -56,10 +53,6 @@ static inline wheel_node_t *node_of(uvtw_timer_t *timer) {
   return (wheel_node_t *)(void *)&timer->node_;
 }
 
-static inline const wheel_node_t *const_node_of(const uvtw_timer_t *timer) {
-  return (const wheel_node_t *)(const void *)&timer->node_;
-}
-
 static inline uvtw_timer_t *timer_of(wheel_node_t *node) {
   return container_of(node, uvtw_timer_t, node_);
 }
@@ -69,10 +62,6 @@ static inline uvtw_wheel_t *wheel_of(const uvtw_timer_t *timer) {
 }
 
 /* ---- time ---------------------------------------------------------------- */
-
-static inline uint64_t add_saturating(uint64_t a, uint64_t b) {
-  return a + b < a ? UINT64_MAX : a + b;
-}
 
 uint64_t uvtw__clock_ms(const uvtw_wheel_t *w) {
   return w->manual ? w->manual_now : uv_now(w->loop);
@@ -102,14 +91,8 @@ static void on_timer(uv_timer_t *handle);
 
 static void update_refs(uvtw_wheel_t *w) {
   bool keep_alive = w->referenced && !w->manual && w->refs > 0;
-  if (keep_alive)
-    uv_ref((uv_handle_t *)&w->timer);
-  else
-    uv_unref((uv_handle_t *)&w->timer);
-  if (keep_alive && w->kicked)
-    uv_ref((uv_handle_t *)&w->async);
-  else
-    uv_unref((uv_handle_t *)&w->async);
+  (keep_alive ? uv_ref : uv_unref)((uv_handle_t *)&w->timer);
+  (keep_alive && w->kicked ? uv_ref : uv_unref)((uv_handle_t *)&w->async);
 }
 
 static void arm(uvtw_wheel_t *w, uint64_t deadline) {
@@ -203,7 +186,7 @@ static void fire(uvtw_wheel_t *w, uvtw_timer_t *entry) {
   if (entry->cb_ != uvtw__task_fire) {
     uvtw__note_fired(w, node_of(entry)->deadline);
     if (entry->repeat_ != 0) {
-      uvtw__entry_add(w, entry, uvtw__ticks_up(w, add_saturating(uvtw__clock_ms(w), entry->repeat_)));
+      uvtw__entry_add(w, entry, uvtw__ticks_up(w, uvtw__add_saturating(uvtw__clock_ms(w), entry->repeat_)));
       w->stats.started++;
     }
   }
@@ -259,22 +242,20 @@ static void on_async(uv_async_t *handle) {
 /* ---- the wheel ----------------------------------------------------------- */
 
 int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **out) {
-  uvtw_options_t defaults = {0, 0, 0};
-  if (opts == NULL)
-    opts = &defaults;
-  if (loop == NULL || out == NULL || opts->manual_clock > 1)
+  uvtw_options_t o = opts != NULL ? *opts : (uvtw_options_t){0, 0, 0};
+  if (loop == NULL || out == NULL || o.manual_clock > 1)
     return UV_EINVAL;
   uvtw_wheel_t *w = calloc(1, sizeof *w);
   if (w == NULL)
     return UV_ENOMEM;
   w->loop = loop;
-  w->tick_ms = opts->tick_ms > 1 ? opts->tick_ms : 1;
-  w->manual = opts->manual_clock != 0;
+  w->tick_ms = o.tick_ms > 1 ? o.tick_ms : 1;
+  w->manual = o.manual_clock != 0;
   w->pass_by_timer = uv_version() >= (1u << 16 | 48u << 8);
   w->referenced = true;
   w->manual_now = uv_now(loop);
   uvtw__wheel_init(&w->wheel, ticks_down(w, w->manual_now));
-  int err = uvtw__shared_new(w, opts->max_pending);
+  int err = uvtw__shared_new(w, o.max_pending);
   if (err == 0 && (err = uv_async_init(loop, &w->async, on_async)) != 0)
     uvtw__shared_release(w->shared);
   if (err != 0) {
@@ -313,7 +294,7 @@ void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
     uvtw_timer_t *entry = timer_of(node);
     count_out(w, entry);
     if (entry->cb_ == uvtw__task_fire)
-      uvtw__task_close(entry);
+      uvtw__task_fire(entry); /* closing: UV_ECANCELED */
   }
   w->timer.data = w;
   w->async.data = w;
@@ -350,13 +331,13 @@ int64_t uvtw_wheel_next_due(const uvtw_wheel_t *w) {
 
 void uvtw_wheel_stats(const uvtw_wheel_t *w, uvtw_stats_t *out) {
   *out = w->stats;
-  out->active = w->wheel.count - uvtw__tasks_cancelled_linked(w);
-  out->stopped += uvtw__tasks_cancels_won(w);
+  out->active = w->wheel.count;
   out->cascaded = w->wheel.cascaded;
+  uvtw__tasks_stats(w, out);
 }
 
 const char *uvtw_version_string(void) {
-  return STR(UVTW_VERSION_MAJOR) "." STR(UVTW_VERSION_MINOR) "." STR(UVTW_VERSION_PATCH);
+  return UVTW_VERSION_STRING;
 }
 
 /* ---- the manual clock ------------------------------------------------------ */
@@ -388,7 +369,7 @@ int uvtw_wheel_advance(uvtw_wheel_t *w, uint64_t ms) {
   if (err != 0)
     return err;
   /* A saturated deadline (UINT64_MAX) is never reached. */
-  uint64_t target = add_saturating(w->manual_now, ms);
+  uint64_t target = uvtw__add_saturating(w->manual_now, ms);
   if (target == UINT64_MAX)
     target--;
   uint64_t last = ticks_down(w, target);
@@ -426,8 +407,6 @@ void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
   if (timer == NULL)
     return;
   wheel_node_init(node_of(timer));
-  node_of(timer)->deadline = 0;
-  node_of(timer)->seq = 0;
   timer->wheel_ = (uintptr_t)wheel;
   timer->cb_ = NULL;
   timer->repeat_ = 0;
@@ -439,7 +418,7 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   uvtw_wheel_t *w = wheel_of(timer);
   if (w->closing)
     return UV_ECANCELED;
-  uint64_t deadline = uvtw__ticks_up(w, add_saturating(uvtw__clock_ms(w), timeout));
+  uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(uvtw__clock_ms(w), timeout));
   timer->cb_ = cb;
   timer->repeat_ = repeat;
   w->stats.started++;
@@ -484,15 +463,15 @@ uint64_t uvtw_timer_get_repeat(const uvtw_timer_t *timer) {
 }
 
 uint64_t uvtw_timer_get_due_in(const uvtw_timer_t *timer) {
-  if (!wheel_node_linked(const_node_of(timer)))
+  if (!uvtw_timer_is_active(timer))
     return 0;
-  uint64_t due = ms_of(wheel_of(timer), const_node_of(timer)->deadline);
+  uint64_t due = ms_of(wheel_of(timer), timer->node_.deadline_);
   uint64_t now = uvtw__clock_ms(wheel_of(timer));
   return due > now ? due - now : 0;
 }
 
 int uvtw_timer_is_active(const uvtw_timer_t *timer) {
-  return wheel_node_linked(const_node_of(timer));
+  return timer->node_.link_[0] != NULL;
 }
 
 void uvtw_timer_ref(uvtw_timer_t *timer) {

@@ -1,6 +1,5 @@
-/* What the C standard leaves to each compiler: bit scans and function
- * attributes, each with a GCC/Clang form and an MSVC form (MSVC is
- * untested). */
+/* What the C standard leaves to each compiler: bit scans, with a GCC/Clang
+ * form and an MSVC form (MSVC is untested). */
 #ifndef UVTW_PORT_H
 #define UVTW_PORT_H
 
@@ -23,47 +22,22 @@ static inline int uvtw_lowest_bit(uint64_t x) {
 
 static inline int uvtw_highest_bit(uint64_t x) {
   unsigned long index;
-#if defined(_M_X64) || defined(_M_ARM64)
-  _BitScanReverse64(&index, x);
-#else
   if (_BitScanReverse(&index, (unsigned long)(x >> 32)))
     return (int)index + 32;
   _BitScanReverse(&index, (unsigned long)x);
-#endif
   return (int)index;
 }
 
 static inline int uvtw_lowest_bit(uint64_t x) {
   unsigned long index;
-#if defined(_M_X64) || defined(_M_ARM64)
-  _BitScanForward64(&index, x);
-#else
   if (_BitScanForward(&index, (unsigned long)x))
     return (int)index;
   _BitScanForward(&index, (unsigned long)(x >> 32));
-  index += 32;
-#endif
-  return (int)index;
+  return (int)index + 32;
 }
 
 #else
-
-static inline int uvtw_highest_bit(uint64_t x) {
-  int index = 0;
-  while (x >>= 1)
-    index++;
-  return index;
-}
-
-static inline int uvtw_lowest_bit(uint64_t x) {
-  int index = 0;
-  while (!(x & 1)) {
-    x >>= 1;
-    index++;
-  }
-  return index;
-}
-
+#error "uvtw needs GCC, Clang or MSVC (see src/port.h)"
 #endif
 
 #endif

@@ -31,7 +31,6 @@
  * closing the handle.
  */
 #include <assert.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -76,11 +75,7 @@ int uvtw__shared_new(uvtw_wheel_t *w, uint32_t max_pending) {
   sh->max_pending = max_pending;
   sh->manual = w->manual;
   uvtw__mpsc_init(&sh->queue);
-  atomic_init(&sh->refs, 1);
-  atomic_init(&sh->pending, 0);
-  atomic_init(&sh->gate, 0);
-  atomic_init(&sh->cancels_won, 0);
-  atomic_init(&sh->cancelled_linked, 0);
+  atomic_init(&sh->refs, 1); /* calloc made the other counters 0 */
   w->shared = sh;
   return 0;
 }
@@ -90,12 +85,9 @@ void uvtw__shared_release(uvtw_shared_t *sh) {
     free(sh);
 }
 
-uint64_t uvtw__tasks_cancelled_linked(const uvtw_wheel_t *w) {
-  return atomic_load(&w->shared->cancelled_linked);
-}
-
-uint64_t uvtw__tasks_cancels_won(const uvtw_wheel_t *w) {
-  return atomic_load(&w->shared->cancels_won);
+void uvtw__tasks_stats(const uvtw_wheel_t *w, uvtw_stats_t *out) {
+  out->active -= atomic_load(&w->shared->cancelled_linked);
+  out->stopped += atomic_load(&w->shared->cancels_won);
 }
 
 static bool on_loop_thread(const uvtw_shared_t *sh) {
@@ -133,7 +125,7 @@ static void wake_loop(uvtw_shared_t *sh) {
 static void gate_close(uvtw_shared_t *sh) {
   atomic_fetch_or(&sh->gate, 1);
   while (atomic_load(&sh->gate) != 1)
-    sched_yield(); /* a sender is inside uv_async_send */
+    uv_sleep(0); /* a sender is inside uv_async_send: let it finish */
 }
 
 static void task_unref(uvtw_ticket_t *task) {
@@ -144,10 +136,6 @@ static void task_unref(uvtw_ticket_t *task) {
 }
 
 /* ---- the loop side -------------------------------------------------------- */
-
-static inline uvtw_ticket_t *task_of(uvtw_timer_t *entry) {
-  return container_of(entry, uvtw_ticket_t, entry);
-}
 
 /* Ends a task that has left the wheel (or never entered it): runs its
  * callback with `status` unless it was cancelled, then drops the loop's
@@ -167,13 +155,9 @@ static void settle(uvtw_wheel_t *w, uvtw_ticket_t *task, int status) {
 }
 
 void uvtw__task_fire(uvtw_timer_t *entry) {
-  uvtw_ticket_t *task = task_of(entry);
-  settle(task->shared->wheel, task, 0);
-}
-
-void uvtw__task_close(uvtw_timer_t *entry) {
-  uvtw_ticket_t *task = task_of(entry);
-  settle(task->shared->wheel, task, UV_ECANCELED);
+  uvtw_ticket_t *task = container_of(entry, uvtw_ticket_t, entry);
+  uvtw_wheel_t *w = task->shared->wheel;
+  settle(w, task, w->closing ? UV_ECANCELED : 0);
 }
 
 /* Puts a task that is IN_WHEEL into the wheel, or ends it if closing. */
@@ -182,10 +166,8 @@ static void file_task(uvtw_wheel_t *w, uvtw_ticket_t *task) {
     settle(w, task, UV_ECANCELED);
     return;
   }
-  if (w->manual) {
-    uint64_t now = uvtw__clock_ms(w);
-    task->due = now + task->due < now ? UINT64_MAX : now + task->due;
-  }
+  if (w->manual)
+    task->due = uvtw__add_saturating(uvtw__clock_ms(w), task->due);
   uvtw__entry_add(w, &task->entry, uvtw__ticks_up(w, task->due));
   w->stats.started++;
 }
@@ -242,11 +224,7 @@ int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *
   bool loop_thread = on_loop_thread(sh);
   if (loop_thread && wheel->closing)
     return UV_ECANCELED;
-  uint64_t due = timeout;
-  if (!sh->manual) {
-    uint64_t now = uv_hrtime() / 1000000;
-    due = now + timeout < now ? UINT64_MAX : now + timeout;
-  }
+  uint64_t due = sh->manual ? timeout : uvtw__add_saturating(uv_hrtime() / 1000000, timeout);
   if (!pending_take(sh))
     return UV_ENOBUFS;
   uvtw_ticket_t *task = malloc(sizeof *task);

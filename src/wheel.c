@@ -50,32 +50,7 @@
 #include "wheel.h"
 
 #include <stddef.h>
-
-#include "port.h"
-
-#define DIGIT_BITS 6
-
-static inline uint64_t bit(unsigned slot) {
-  return (uint64_t)1 << slot;
-}
-
-/* The level on which an entry due at `deadline` is filed at time `now`. */
-static inline unsigned level_of(uint64_t deadline, uint64_t now) {
-  uint64_t differ = deadline ^ now;
-  return differ == 0 ? 0 : (unsigned)uvtw_highest_bit(differ) / DIGIT_BITS;
-}
-
-static inline unsigned slot_of(uint64_t deadline, unsigned level) {
-  return (unsigned)(deadline >> (DIGIT_BITS * level)) & (WHEEL_SLOTS - 1);
-}
-
-/* The first tick of `slot` on `level` in the rotation that holds `now`. */
-static inline uint64_t slot_start(uint64_t now, unsigned level, unsigned slot) {
-  unsigned shift = DIGIT_BITS * level;
-  unsigned above = shift + DIGIT_BITS;
-  uint64_t high = above >= 64 ? 0 : now >> above << above;
-  return high | (uint64_t)slot << shift;
-}
+#include <string.h>
 
 static inline void list_init(wheel_node_t *head) {
   head->next = head;
@@ -105,25 +80,21 @@ static void list_splice(wheel_node_t *to, wheel_node_t *from) {
 }
 
 void uvtw__wheel_init(wheel_t *w, uint64_t now) {
+  memset(w, 0, sizeof *w);
   w->now = now;
-  w->count = 0;
-  w->cascaded = 0;
-  w->next_seq = 0;
   list_init(&w->expired);
-  for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
-    w->occupied[level] = 0;
+  for (unsigned level = 0; level < WHEEL_LEVELS; level++)
     for (unsigned slot = 0; slot < WHEEL_SLOTS; slot++)
       list_init(&w->slots[level][slot]);
-  }
 }
 
 /* Files a node whose deadline is >= the wheel's time; returns its level. */
 static unsigned file(wheel_t *w, wheel_node_t *node) {
-  unsigned level = level_of(node->deadline, w->now);
-  unsigned slot = slot_of(node->deadline, level);
+  unsigned level = wheel_level_of(node->deadline, w->now);
+  unsigned slot = wheel_slot_of(node->deadline, level);
   wheel_node_t *head = &w->slots[level][slot];
-  if (!(w->occupied[level] & bit(slot))) {
-    w->occupied[level] |= bit(slot);
+  if (!(w->occupied[level] & ((uint64_t)1 << slot))) {
+    w->occupied[level] |= ((uint64_t)1 << slot);
     head->deadline = node->deadline;
   } else if (node->deadline < head->deadline) {
     head->deadline = node->deadline;
@@ -146,7 +117,7 @@ bool uvtw__wheel_postpone(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
   /* A level-0 entry shares every digit but the lowest with the wheel's
    * time, and an expired one is not after it: neither may stay. */
   if (deadline < node->deadline || node->deadline <= w->now ||
-      level_of(node->deadline, w->now) == 0)
+      wheel_level_of(node->deadline, w->now) == 0)
     return false;
   node->deadline = deadline;
   node->seq = w->next_seq++;
@@ -164,7 +135,7 @@ void uvtw__wheel_remove(wheel_t *w, wheel_node_t *node) {
    * list is now empty; if that head is a slot's, clear its bit. */
   if (prev == next && prev != &w->expired) {
     size_t index = (size_t)(prev - &w->slots[0][0]);
-    w->occupied[index / WHEEL_SLOTS] &= ~bit(index % WHEEL_SLOTS);
+    w->occupied[index / WHEEL_SLOTS] &= ~((uint64_t)1 << (index % WHEEL_SLOTS));
   }
 }
 
@@ -183,25 +154,24 @@ static bool first_occupied(const wheel_t *w, unsigned *level, unsigned *slot) {
 void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
   unsigned level, slot;
   while (first_occupied(w, &level, &slot)) {
-    uint64_t start = slot_start(w->now, level, slot);
+    uint64_t start = wheel_slot_start(w->now, level, slot);
     if (start > now)
       break;
     w->now = start;
-    w->occupied[level] &= ~bit(slot);
+    w->occupied[level] &= ~((uint64_t)1 << slot);
     wheel_node_t *head = &w->slots[level][slot];
     if (level == 0) {
       list_splice(&w->expired, head);
       continue;
     }
-    wheel_node_t batch;
-    list_init(&batch);
-    list_splice(&batch, head);
-    while (!list_empty(&batch)) {
-      wheel_node_t *node = batch.next;
-      node->next->prev = &batch;
-      batch.next = node->next;
+    /* Refiled against the slot's start, no entry comes back to this slot. */
+    wheel_node_t *node = head->next;
+    list_init(head);
+    while (node != head) {
+      wheel_node_t *next = node->next;
       if (file(w, node) < level)
         w->cascaded++;
+      node = next;
     }
   }
   /* No occupied slot starts at or before `now`, so every entry keeps its
@@ -237,7 +207,7 @@ uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w) {
   for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
     for (uint64_t bits = w->occupied[level]; bits != 0; bits &= bits - 1) {
       unsigned slot = (unsigned)uvtw_lowest_bit(bits);
-      if (earliest <= slot_start(w->now, level, slot))
+      if (earliest <= wheel_slot_start(w->now, level, slot))
         return earliest;
       const wheel_node_t *head = &w->slots[level][slot];
       for (const wheel_node_t *node = head->next; node != head; node = node->next)
@@ -246,68 +216,4 @@ uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w) {
     }
   }
   return earliest;
-}
-
-/* ---- invariant checker (for tests) -------------------------------------- */
-
-/* Checks one list's links; counts its nodes into *count. */
-static const char *check_links(const wheel_node_t *head, uint64_t *count) {
-  const wheel_node_t *node = head;
-  do {
-    if (node->next == NULL || node->prev == NULL || node->next->prev == NULL)
-      return "a linked node has a NULL link";
-    if (node->next->prev != node)
-      return "a node's next does not point back to it";
-    if (node != head)
-      ++*count;
-    node = node->next;
-  } while (node != head);
-  return NULL;
-}
-
-static const char *check_slot(const wheel_t *w, unsigned level, unsigned slot, uint64_t *count) {
-  const wheel_node_t *head = &w->slots[level][slot];
-  const char *error = check_links(head, count);
-  if (error != NULL)
-    return error;
-  if (list_empty(head) == ((w->occupied[level] & bit(slot)) != 0))
-    return "an occupancy bit disagrees with its slot";
-  uint64_t start = slot_start(w->now, level, slot);
-  for (const wheel_node_t *node = head->next; node != head; node = node->next) {
-    if (node->deadline < w->now)
-      return "a filed deadline is before the wheel's time";
-    if (level == 0 && node->deadline != start)
-      return "a level-0 entry is not in the slot its deadline names";
-    if (node->deadline < start)
-      return "an entry is in a slot after its deadline";
-    if (level == 0 && node->prev != head && node->seq < node->prev->seq)
-      return "a level-0 slot is out of start order";
-    if (node->deadline < head->deadline)
-      return "a slot's minimum is above one of its deadlines";
-  }
-  if (!list_empty(head) && head->deadline < start)
-    return "a slot's minimum lies before the slot";
-  return NULL;
-}
-
-const char *uvtw__wheel_check(const wheel_t *w) {
-  uint64_t count = 0;
-  const char *error = check_links(&w->expired, &count);
-  if (error != NULL)
-    return error;
-  for (const wheel_node_t *node = w->expired.next; node != &w->expired; node = node->next) {
-    if (node->deadline > w->now)
-      return "an expired entry is not due";
-    if (node->prev != &w->expired &&
-        (node->deadline < node->prev->deadline ||
-         (node->deadline == node->prev->deadline && node->seq < node->prev->seq)))
-      return "expired entries are out of deadline and start order";
-  }
-  for (unsigned level = 0; level < WHEEL_LEVELS; level++)
-    for (unsigned slot = 0; slot < WHEEL_SLOTS; slot++)
-      if ((error = check_slot(w, level, slot, &count)) != NULL)
-        return error;
-  if (count != w->count)
-    return "the entry count disagrees with the lists";
-  return NULL;
 }

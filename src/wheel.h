@@ -7,7 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WHEEL_LEVELS 11 /* 6 bits a level: 11 levels cover 64-bit times */
+#include "port.h"
+
+#define WHEEL_DIGIT_BITS 6 /* a level is one 6-bit digit of the time */
+#define WHEEL_LEVELS 11    /* 11 digits cover 64-bit times */
 #define WHEEL_SLOTS 64
 
 /* An entry: intrusive, embedded by the caller. `next` is NULL while the
@@ -31,6 +34,25 @@ typedef struct wheel_s {
    * lower bound of its entries' deadlines (exact until one is removed). */
   wheel_node_t slots[WHEEL_LEVELS][WHEEL_SLOTS];
 } wheel_t;
+
+/* The level on which an entry due at `deadline` is filed at time `now`. */
+static inline unsigned wheel_level_of(uint64_t deadline, uint64_t now) {
+  uint64_t differ = deadline ^ now;
+  return differ == 0 ? 0 : (unsigned)uvtw_highest_bit(differ) / WHEEL_DIGIT_BITS;
+}
+
+/* The slot an entry due at `deadline` takes on `level`. */
+static inline unsigned wheel_slot_of(uint64_t deadline, unsigned level) {
+  return (unsigned)(deadline >> (WHEEL_DIGIT_BITS * level)) & (WHEEL_SLOTS - 1);
+}
+
+/* The first tick of `slot` on `level` in the rotation that holds `now`. */
+static inline uint64_t wheel_slot_start(uint64_t now, unsigned level, unsigned slot) {
+  unsigned shift = WHEEL_DIGIT_BITS * level;
+  unsigned above = shift + WHEEL_DIGIT_BITS;
+  uint64_t high = above >= 64 ? 0 : now >> above << above;
+  return high | (uint64_t)slot << shift;
+}
 
 void uvtw__wheel_init(wheel_t *w, uint64_t now);
 
@@ -70,8 +92,5 @@ uint64_t uvtw__wheel_next_deadline(const wheel_t *w);
 /* The earliest pending deadline, exactly: walks the earliest slot, and the
  * next ones only while postponed entries leave them later than that. */
 uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w);
-
-/* Checks every invariant; returns NULL if all hold, else what is broken. */
-const char *uvtw__wheel_check(const wheel_t *w);
 
 #endif

@@ -3,14 +3,14 @@
  *
  * model: random inserts, removals, restarts and expiries, with deadlines
  * near and far (every level), some in the past and some saturated, checked
- * after every step with uvtw__wheel_check and against a reference that
+ * after every step with wheel_check and against a reference that
  * orders entries by (deadline, insertion order): every expiry must hand
  * back exactly the due entries, in that order, and the next deadline must
  * be a lower bound (exact: equal) of the reference's.
  * Environment: UVTW_MODEL_STEPS (steps, default 300000), UVTW_SEED.
  *
- * checker: each invariant the checker names is broken on purpose, one at a
- * time, and the checker must report it.
+ * checker: each invariant wheel_check (below) names is broken on purpose,
+ * one at a time, and it must report exactly that one.
  *
  * Cases run by name: `meson test -C build wheel_model --test-args checker`.
  */
@@ -23,6 +23,72 @@
 
 #include "tap.h"
 #include "wheel.h"
+
+/* ---- the invariant checker ------------------------------------------------ */
+/* Checks every invariant of a wheel; returns NULL if all hold, else what is
+ * broken. The model test runs it after every step. */
+
+/* Checks one list's links; counts its nodes into *count. */
+static const char *check_links(const wheel_node_t *head, uint64_t *count) {
+  const wheel_node_t *node = head;
+  do {
+    if (node->next == NULL || node->prev == NULL || node->next->prev == NULL)
+      return "a linked node has a NULL link";
+    if (node->next->prev != node)
+      return "a node's next does not point back to it";
+    if (node != head)
+      ++*count;
+    node = node->next;
+  } while (node != head);
+  return NULL;
+}
+
+static const char *check_slot(const wheel_t *w, unsigned level, unsigned slot, uint64_t *count) {
+  const wheel_node_t *head = &w->slots[level][slot];
+  const char *error = check_links(head, count);
+  if (error != NULL)
+    return error;
+  if ((head->next == head) == ((w->occupied[level] & ((uint64_t)1 << slot)) != 0))
+    return "an occupancy bit disagrees with its slot";
+  uint64_t start = wheel_slot_start(w->now, level, slot);
+  for (const wheel_node_t *node = head->next; node != head; node = node->next) {
+    if (node->deadline < w->now)
+      return "a filed deadline is before the wheel's time";
+    if (level == 0 && node->deadline != start)
+      return "a level-0 entry is not in the slot its deadline names";
+    if (node->deadline < start)
+      return "an entry is in a slot after its deadline";
+    if (level == 0 && node->prev != head && node->seq < node->prev->seq)
+      return "a level-0 slot is out of start order";
+    if (node->deadline < head->deadline)
+      return "a slot's minimum is above one of its deadlines";
+  }
+  if (!(head->next == head) && head->deadline < start)
+    return "a slot's minimum lies before the slot";
+  return NULL;
+}
+
+static const char *wheel_check(const wheel_t *w) {
+  uint64_t count = 0;
+  const char *error = check_links(&w->expired, &count);
+  if (error != NULL)
+    return error;
+  for (const wheel_node_t *node = w->expired.next; node != &w->expired; node = node->next) {
+    if (node->deadline > w->now)
+      return "an expired entry is not due";
+    if (node->prev != &w->expired &&
+        (node->deadline < node->prev->deadline ||
+         (node->deadline == node->prev->deadline && node->seq < node->prev->seq)))
+      return "expired entries are out of deadline and start order";
+  }
+  for (unsigned level = 0; level < WHEEL_LEVELS; level++)
+    for (unsigned slot = 0; slot < WHEEL_SLOTS; slot++)
+      if ((error = check_slot(w, level, slot, &count)) != NULL)
+        return error;
+  if (count != w->count)
+    return "the entry count disagrees with the lists";
+  return NULL;
+}
 
 #define POOL 512
 
@@ -171,7 +237,7 @@ static void test_model(void) {
       model_expire(&w, pool, now, &run, step);
       run.expiries++;
     }
-    const char *broken = uvtw__wheel_check(&w);
+    const char *broken = wheel_check(&w);
     if (broken != NULL)
       fail(&run, step, broken);
     uint64_t want = model_next(pool);
@@ -207,7 +273,7 @@ static void test_fifo_across_levels(void) {
   uvtw__wheel_expire(&w, 4990);
   uvtw__wheel_insert(&w, &e[2].node, 5000);
   uvtw__wheel_insert(&w, &e[3].node, 4999);
-  tap_ok(uvtw__wheel_check(&w) == NULL, "fifo: the checker accepts the wheel");
+  tap_ok(wheel_check(&w) == NULL, "fifo: the checker accepts the wheel");
   uvtw__wheel_expire(&w, 5000);
   wheel_node_t *order[4];
   for (int i = 0; i < 4; i++)
@@ -239,7 +305,7 @@ static void test_fifo_postponed(void) {
   wheel_node_t *second = uvtw__wheel_pop_expired(&w);
   tap_ok(first == &b.node && second == &a.node,
          "postpone: at 9000, the entry started first runs first, the postponed one after");
-  tap_ok(uvtw__wheel_check(&w) == NULL, "postpone: the checker accepts the wheel");
+  tap_ok(wheel_check(&w) == NULL, "postpone: the checker accepts the wheel");
 }
 
 static void test_saturated(void) {
@@ -250,7 +316,7 @@ static void test_saturated(void) {
   uvtw__wheel_expire(&w, UINT64_MAX - 1);
   tap_ok(uvtw__wheel_pop_expired(&w) == NULL, "saturated: UINT64_MAX does not expire before it");
   EXPECT_U64(uvtw__wheel_next_deadline_exact(&w), UINT64_MAX, "saturated: next deadline is UINT64_MAX");
-  tap_ok(uvtw__wheel_check(&w) == NULL, "saturated: the checker accepts the wheel");
+  tap_ok(wheel_check(&w) == NULL, "saturated: the checker accepts the wheel");
 }
 
 static void test_remove_clears(void) {
@@ -395,13 +461,13 @@ static void test_checker(void) {
   static wheel_t w;
   entry_t e[7];
   checker_fixture(&w, e);
-  const char *clean = uvtw__wheel_check(&w);
+  const char *clean = wheel_check(&w);
   if (!tap_ok(clean == NULL, "checker: a sound wheel passes"))
     tap_diag("  reported: %s", clean);
   for (size_t i = 0; i < sizeof corruptions / sizeof corruptions[0]; i++) {
     checker_fixture(&w, e);
     corruptions[i].corrupt(&w, e);
-    const char *report = uvtw__wheel_check(&w);
+    const char *report = wheel_check(&w);
     if (!tap_ok(report != NULL && strcmp(report, corruptions[i].report) == 0,
                 "checker: reports %s", corruptions[i].name))
       tap_diag("  expected \"%s\", got \"%s\"", corruptions[i].report,

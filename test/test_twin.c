@@ -553,7 +553,16 @@ static struct {
   int same_iteration, gaps, no_check_between;
   int run_returned; /* uv_run(DEFAULT) has returned */
   int fired_after_return;
+  uv_timer_t twin; /* a uv_timer_t started with 0 beside the first round */
+  uint64_t start_iter, first_iter, twin_iter;
+  int twin_fires;
 } sr;
+
+static void sr_twin_cb(uv_timer_t *handle) {
+  (void)handle;
+  sr.twin_fires++;
+  sr.twin_iter = g_fx->iter;
+}
 
 static void sr_counter_cb(uv_check_t *handle) {
   (void)handle;
@@ -571,6 +580,8 @@ static void sr_cb(uvtw_timer_t *timer) {
     if (sr.checks == sr.last_checks)
       sr.no_check_between++;
   }
+  if (sr.fires == 0)
+    sr.first_iter = g_fx->iter;
   sr.fires++;
   sr.last_iter = g_fx->iter;
   sr.last_checks = sr.checks;
@@ -579,8 +590,12 @@ static void sr_cb(uvtw_timer_t *timer) {
 }
 
 static void sr_begin(void) {
-  if (sr.started++ == 0 && uvtw_timer_start(&sr.timer, sr_cb, 0, 0) != 0)
+  if (sr.started++ != 0)
+    return;
+  sr.start_iter = g_fx->iter;
+  if (uvtw_timer_start(&sr.timer, sr_cb, 0, 0) != 0)
     sr.restart_errors++;
+  uv_timer_start(&sr.twin, sr_twin_cb, 0, 0);
 }
 
 static void sr_starter_cb(uv_timer_t *handle) {
@@ -615,6 +630,7 @@ static void self_restart_from(start_from_t from, const char *T) {
   uv_idle_init(&f.loop, &sr.idle_starter);
   uvtw_timer_init(f.wheel, &sr.wheel_starter);
   uv_timer_init(&f.loop, &sr.waker);
+  uv_timer_init(&f.loop, &sr.twin);
   uv_check_init(&f.loop, &sr.counter);
   uv_check_start(&sr.counter, sr_counter_cb);
   uv_unref((uv_handle_t *)&sr.counter);
@@ -642,6 +658,13 @@ static void self_restart_from(start_from_t from, const char *T) {
   EXPECT_U64(uvtw_timer_is_active(&sr.timer), 0, "%s: the timer is inactive after the last round",
              T);
   EXPECT_U64(sr.restart_errors, 0, "%s: every start returned 0", T);
+  EXPECT_U64(sr.twin_fires, 1, "%s: (the uv_timer_t twin of the first start ran)", T);
+  if (from == FROM_WHEEL_CB)
+    tap_ok(sr.fires > 0 && sr.first_iter > sr.start_iter,
+           "%s: the first round, started from a wheel callback, runs in a later iteration", T);
+  else
+    EXPECT_U64(sr.first_iter, sr.twin_iter,
+               "%s: the first round runs in the iteration of its uv_timer_t twin", T);
   EXPECT_U64(sr.same_iteration, 0, "%s: never two rounds in one loop iteration", T);
   EXPECT_U64(sr.gaps, 0, "%s: each round runs in the very next loop iteration", T);
   EXPECT_U64(sr.no_check_between, 0,
@@ -653,6 +676,7 @@ static void self_restart_from(start_from_t from, const char *T) {
   fx_close_handle(&sr.idle_starter);
   fx_close_handle(&sr.counter);
   fx_close_handle(&sr.waker);
+  fx_close_handle(&sr.twin);
   fx_close(&f);
 }
 

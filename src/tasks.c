@@ -23,12 +23,13 @@
  *
  * The part other threads touch (the queue, counters) is a separate
  * allocation, uvtw_shared_t, that lives until the wheel and every task are
- * gone, so tickets stay usable after the wheel closes. The queue's top also
- * carries its closed marker: a push either lands before the close, which
- * then ends that task, or fails with UV_ECANCELED. Only the producer that
- * finds the queue empty calls uv_async_send, through a gate (a closed bit
- * and a count of senders inside) that the close shuts and waits out before
- * closing the handle.
+ * gone, so tickets stay usable after the wheel closes. Another thread
+ * pushes onto the queue, and calls uv_async_send if it found the queue
+ * empty, only inside a gate: a closed bit and a count of threads inside.
+ * The close shuts the gate and waits for the threads inside to leave, then
+ * takes what is queued and closes the handle; a push that finds the gate
+ * shut fails with UV_ECANCELED, and so the wheel and its handle outlive
+ * every push and send.
  */
 #include <assert.h>
 #include <stdatomic.h>
@@ -48,7 +49,7 @@ struct uvtw_shared_s {
   mpsc_t queue;
   _Atomic uint32_t refs;    /* the wheel's, plus one per task */
   _Atomic uint32_t pending; /* tasks neither run nor cancelled */
-  _Atomic uint64_t gate;    /* bit 0: closed; the rest: twice the senders inside */
+  _Atomic uint64_t gate;    /* bit 0: closed; the rest: twice the threads inside */
   _Atomic uint64_t cancels_won;
   _Atomic uint64_t cancelled_linked;
 };
@@ -111,21 +112,17 @@ static void pending_put(uvtw_shared_t *sh) {
     atomic_fetch_sub(&sh->pending, 1);
 }
 
-/* After a push onto an empty queue. A closing wheel takes what is queued
- * itself, so a sender that finds the gate closed has nothing to do. */
-static void wake_loop(uvtw_shared_t *sh) {
+/* From another thread: queues a task's message and wakes the loop, or
+ * returns false if the wheel is closing (see the gate above). */
+static bool send_message(uvtw_shared_t *sh, uvtw_ticket_t *task) {
   if (atomic_fetch_add(&sh->gate, 2) & 1) {
     atomic_fetch_sub(&sh->gate, 2);
-    return;
+    return false;
   }
-  uv_async_send(&sh->wheel->async);
+  if (uvtw__mpsc_push(&sh->queue, &task->message))
+    uv_async_send(&sh->wheel->async);
   atomic_fetch_sub(&sh->gate, 2);
-}
-
-static void gate_close(uvtw_shared_t *sh) {
-  atomic_fetch_or(&sh->gate, 1);
-  while (atomic_load(&sh->gate) != 1)
-    uv_sleep(0); /* a sender is inside uv_async_send: let it finish */
+  return true;
 }
 
 static void task_unref(uvtw_ticket_t *task) {
@@ -209,9 +206,11 @@ void uvtw__tasks_take_in(uvtw_wheel_t *w) {
 }
 
 void uvtw__tasks_close(uvtw_wheel_t *w) {
-  mpsc_node_t *left = uvtw__mpsc_close(&w->shared->queue);
-  gate_close(w->shared);
-  take_in_list(w, left); /* w->closing: queued tasks end with UV_ECANCELED */
+  atomic_fetch_or(&w->shared->gate, 1);
+  while (atomic_load(&w->shared->gate) != 1)
+    uv_sleep(0); /* a thread is inside: let it finish its push */
+  /* w->closing: queued tasks end with UV_ECANCELED. */
+  take_in_list(w, uvtw__mpsc_take_all(&w->shared->queue));
 }
 
 /* ---- the public calls ------------------------------------------------------ */
@@ -245,15 +244,12 @@ int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *
     file_task(wheel, task);
   } else {
     atomic_init(&task->state, TASK_QUEUED);
-    mpsc_push_result_t pushed = uvtw__mpsc_push(&sh->queue, &task->message);
-    if (pushed == MPSC_CLOSED) {
+    if (!send_message(sh, task)) {
       pending_put(sh);
       uvtw__shared_release(sh);
       free(task);
       return UV_ECANCELED;
     }
-    if (pushed == MPSC_PUSHED_FIRST)
-      wake_loop(sh);
   }
   if (ticket != NULL)
     *ticket = task;
@@ -285,10 +281,7 @@ int uvtw_ticket_cancel(uvtw_ticket_t *task) {
   /* Have the loop unlink it now rather than at its deadline. */
   atomic_fetch_add(&sh->cancelled_linked, 1);
   atomic_fetch_add(&task->refs, 1); /* the message's reference */
-  mpsc_push_result_t pushed = uvtw__mpsc_push(&sh->queue, &task->message);
-  if (pushed == MPSC_PUSHED_FIRST)
-    wake_loop(sh);
-  else if (pushed == MPSC_CLOSED)
+  if (!send_message(sh, task))
     task_unref(task); /* the closing wheel drops the entry itself */
   return 0;
 }

@@ -30,22 +30,47 @@
 #ifndef UVTW_H
 #define UVTW_H
 
+/* uv.h needs POSIX (pthread_rwlock_t, struct addrinfo), which strict ISO C
+ * (-std=c11, __STRICT_ANSI__) hides on glibc. Asking for POSIX 2008 when the
+ * translation unit chose no feature set lets `cc -std=c11 -pedantic` with
+ * pkg-config's flags compile; it must come before the first system header.
+ * Outside strict mode the compiler's default (_DEFAULT_SOURCE) already has it. */
+#if defined(__STRICT_ANSI__) && !defined(_WIN32) && !defined(_POSIX_C_SOURCE) && \
+    !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE)
+#if defined(_FEATURES_H)
+#error "uvtw.h (uv.h) needs POSIX: include uvtw.h before other headers or define _POSIX_C_SOURCE=200809L"
+#endif
+#define _POSIX_C_SOURCE 200809L
+#endif
+
 #include <stdint.h>
 #include <uv.h>
+
+/* UVTW_VERSION_MAJOR, _MINOR, _PATCH: written by Meson from the project's
+ * version, installed beside this header. */
+#include "uvtw_version.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#if defined(UVTW_BUILDING) && defined(__GNUC__)
+/* Windows: UVTW_SHARED says uvtw is a DLL (Meson sets it, pkg-config and the
+ * CMake package pass it on), so the DLL exports the functions below and its
+ * users import them; a static uvtw needs neither. Elsewhere the library is
+ * built with hidden visibility and exports only these. */
+#if defined(_WIN32) || defined(__CYGWIN__)
+#if defined(UVTW_SHARED) && defined(UVTW_BUILDING)
+#define UVTW_EXTERN __declspec(dllexport)
+#elif defined(UVTW_SHARED)
+#define UVTW_EXTERN __declspec(dllimport)
+#else
+#define UVTW_EXTERN
+#endif
+#elif defined(UVTW_BUILDING) && defined(__GNUC__)
 #define UVTW_EXTERN __attribute__((visibility("default")))
 #else
 #define UVTW_EXTERN
 #endif
-
-#define UVTW_VERSION_MAJOR 0
-#define UVTW_VERSION_MINOR 2
-#define UVTW_VERSION_PATCH 0
 
 typedef struct uvtw_wheel_s uvtw_wheel_t;
 typedef struct uvtw_timer_s uvtw_timer_t;

@@ -1,7 +1,7 @@
 /* http_server: an HTTP/1.1 keep-alive server on libuv TCP that keeps the
  * promises of Node's http.Server, with every per-connection timeout a timer
  * on a uvtw wheel. Run it with --help for the options and how it differs
- * from Node; usage_text below is the same text.
+ * from Node (the usage text is in http_server_main.c).
  *
  * A connection is under a timer in every state:
  *
@@ -19,92 +19,33 @@
  *
  * Requests on one connection are answered one at a time, in order.
  *
+ * The server is a library (http_server.h): http_server_main.c is the
+ * program, and test_http_timeouts.c runs it on a manual clock.
+ *
  * Parser: llhttp (Node's own), from Debian's node-llhttp sources. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
 #endif
 #include <assert.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <llhttp.h>
 #include <uv.h>
 
-#include "uvtw.h"
+#include "http_server.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
-static const char usage_text[] =
-    "usage: http_server [options]\n"
-    "  --host ADDR                 listen address (default 127.0.0.1)\n"
-    "  --port N                    0 picks a free port (default 0); prints 'listening on HOST:PORT'\n"
-    "  --headers-timeout MS        Node's headersTimeout (default 60000): the request head\n"
-    "  --request-timeout MS        Node's requestTimeout (default 300000): the whole request\n"
-    "  --keep-alive-timeout MS     Node's keepAliveTimeout (default 5000): idle between requests;\n"
-    "                              responses advertise 'Keep-Alive: timeout=floor(MS/1000)'\n"
-    "  --keep-alive-timeout-buffer MS  Node's keepAliveTimeoutBuffer (default 1000): an idle\n"
-    "                              connection closes this much after keepAliveTimeout, so that\n"
-    "                              a client that waits the advertised time never races the close\n"
-    "  --send-timeout MS           a queued response must be taken by the client within MS\n"
-    "                              (default 30000); then the connection closes\n"
-    "  --max-header-size BYTES     Node's --max-http-header-size (default 16384): 431 beyond\n"
-    "  --max-headers-count N       Node's maxHeadersCount (default 2000): 431 beyond\n"
-    "  --max-body-size BYTES       413 beyond, 417 to 'Expect: 100-continue' (default 1048576)\n"
-    "  --shutdown-grace MS         after SIGTERM/SIGINT, time left to in-flight requests\n"
-    "                              (default 10000)\n"
-    "  --wheel-tick-ms N           uvtw_options_t.tick_ms of the wheel (default 1)\n"
-    "  --fail-accept-allocs N      fault injection: the first N connection allocations fail\n"
-    "0 disables a timeout. Routes: GET|HEAD / (hello), /delay?ms=N (answer after N ms, from\n"
-    "the thread pool via uvtw_schedule), /bytes?n=N (N bytes, N <= 1048576), /stats\n"
-    "(counters); POST /upload (counts the body).\n"
-    "Signals: the first SIGTERM/SIGINT stops accepting, closes idle connections, answers\n"
-    "requests in flight (with 'Connection: close') and exits 0 when they are done or the\n"
-    "grace period is over, printing what it dropped; a second one exits at once (128+signal).\n"
-    "Differences from Node's http.Server: a CONNECT gets 405 and a clean close (Node\n"
-    "destroys the socket without a reply); a client that half-closes still gets\n"
-    "every response it asked for (Node drops them); a client that does not read its responses\n"
-    "is closed after --send-timeout (Node keeps it forever); more than maxHeadersCount headers\n"
-    "get 431 (Node drops the extra headers); a body above --max-body-size gets 413 (Node has\n"
-    "no limit); the shutdown grace period (Node's server.close() waits without limit).\n";
-
 /* ---- Options and counters ------------------------------------------------ */
 
-typedef struct server_config_s {
-  uint64_t headers_timeout;
-  uint64_t request_timeout;
-  uint64_t keep_alive_timeout;
-  uint64_t keep_alive_timeout_buffer;
-  uint64_t send_timeout;
-  uint64_t shutdown_grace;
-  uint64_t max_header_size;
-  uint64_t max_headers_count;
-  uint64_t max_body_size;
-  uint64_t fail_accept_allocs;
-  const char *host;
-  int port;
-} server_config_t;
-
-static server_config_t config = {
-    .headers_timeout = 60000,
-    .request_timeout = 300000,
-    .keep_alive_timeout = 5000,
-    .keep_alive_timeout_buffer = 1000,
-    .send_timeout = 30000,
-    .shutdown_grace = 10000,
-    .max_header_size = 16384,
-    .max_headers_count = 2000,
-    .max_body_size = 1048576,
-    .fail_accept_allocs = 0,
-    .host = "127.0.0.1",
-    .port = 0,
-};
+static http_server_config_t config;
+static http_server_counters_t counters;
 
 #define LINGER_MS 2000      /* lingering close: the longest wait for the client's EOF */
 #define ACCEPT_RETRY_MS 50  /* after a failed allocation at accept */
@@ -112,48 +53,21 @@ static server_config_t config = {
 #define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
 #define BYTES_MAX (1024 * 1024) /* the largest /bytes?n=N answer */
 
-enum close_reason {
-  CLOSE_HEADERS_TIMEOUT,
-  CLOSE_REQUEST_TIMEOUT,
-  CLOSE_KEEPALIVE_TIMEOUT,
-  CLOSE_SEND_TIMEOUT,   /* the client did not take a queued response */
-  CLOSE_PEER,           /* EOF or error from the client */
-  CLOSE_NOT_KEEPALIVE,  /* Connection: close, HTTP/1.0 */
-  CLOSE_BAD_REQUEST,    /* an error response (400, 405, 413, 417, 431) */
-  CLOSE_NO_MEMORY,      /* an allocation failed */
-  CLOSE_SHUTDOWN,       /* SIGINT/SIGTERM */
-  CLOSE_REASONS
-};
-
 static const char *const close_reason_names[CLOSE_REASONS] = {
     "closed_headers_timeout", "closed_request_timeout", "closed_keepalive_timeout",
     "closed_send_timeout",    "closed_by_peer",         "closed_not_keepalive",
     "closed_bad_request",     "closed_no_memory",       "closed_shutdown"};
-
-static struct {
-  uint64_t accepted, open, open_peak;
-  uint64_t accept_errors;   /* accept failed (EMFILE...): libuv dropped the connection */
-  uint64_t accept_nomem;    /* no memory for a connection: accept retried later */
-  uint64_t requests;        /* responses written in full */
-  uint64_t closed[CLOSE_REASONS];
-  uint64_t linger_timeouts; /* lingering closes that ended without the client's EOF */
-  uint64_t timers_armed, timers_armed_peak;
-  uint64_t early_fires;     /* timeouts that fired before their deadline */
-  uint64_t late_max_ms;     /* largest now - deadline seen at a timeout */
-  uint64_t delay_scheduled, delay_fired, delay_cancelled, delay_failed;
-  uint64_t drain_answered;  /* responses written after the first signal */
-  uint64_t drain_dropped;   /* connections with a request in flight closed by the shutdown */
-  uint64_t buffered, buffered_peak; /* bytes held for connections: kept requests, queued answers */
-} counters;
 
 /* ---- The clock ------------------------------------------------------------ */
 
 static uv_loop_t *loop;
 static uvtw_wheel_t *wheel;
 
-/* The time every timeout counts on: the wheel's clock, which is the loop's. */
+/* The time every timeout counts on: the wheel's. That is uv_now(loop) for a
+ * wheel on the loop's clock (the program); under a manual clock (the tests)
+ * it is the time the test has advanced the wheel to. */
 static uint64_t now_ms(void) {
-  return uv_now(loop);
+  return uvtw_wheel_now(wheel);
 }
 
 /* ---- Connection timers: the one seam between uvtw and uv_timer_t ----------
@@ -273,7 +187,7 @@ static int shutting_down, wheel_closing, exit_status;
 static uint64_t shutdown_started_ms;
 static llhttp_settings_t parser_settings;
 
-static void conn_close(conn_t *c, enum close_reason reason);
+static void conn_close(conn_t *c, enum http_close_reason reason);
 static void conn_feed(conn_t *c, const char *data, size_t len);
 static void conn_resume(conn_t *c);
 static int conn_read_start(conn_t *c);
@@ -338,7 +252,9 @@ static size_t format_stats(char *out, size_t size) {
   uvtw_stats_t ws;
   size_t n = 0;
   int i;
-  uvtw_wheel_stats(wheel, &ws);
+  memset(&ws, 0, sizeof ws);
+  if (wheel != NULL)
+    uvtw_wheel_stats(wheel, &ws);
 #define PUT(...)                                                                         \
   do {                                                                                   \
     int w_ = snprintf(out + n, n < size ? size - n : 0, __VA_ARGS__);                    \
@@ -407,19 +323,19 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
 static void conn_finish(conn_t *c) {
   uv_shutdown_t *req;
   if (c->peer_ended) {
-    conn_close(c, (enum close_reason)c->close_reason);
+    conn_close(c, (enum http_close_reason)c->close_reason);
     return;
   }
   req = malloc(sizeof *req);
   if (req == NULL || uv_shutdown(req, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
     free(req);
-    conn_close(c, (enum close_reason)c->close_reason);
+    conn_close(c, (enum http_close_reason)c->close_reason);
     return;
   }
   c->state = ST_LINGERING;
   timeout_start(&c->io_timeout, on_linger_timeout, LINGER_MS);
   if (!c->reading && conn_read_start(c) != 0)
-    conn_close(c, (enum close_reason)c->close_reason);
+    conn_close(c, (enum http_close_reason)c->close_reason);
 }
 
 static void on_write(uv_write_t *req, int status) {
@@ -588,7 +504,7 @@ static void on_linger_timeout(conn_timer_t *timer) {
   conn_t *c = timer->data;
   timeout_fired(&c->io_timeout);
   counters.linger_timeouts++;
-  conn_close(c, (enum close_reason)c->close_reason);
+  conn_close(c, (enum http_close_reason)c->close_reason);
 }
 
 /* ---- /delay: thread pool work + a cross-thread task ----------------------- */
@@ -1054,7 +970,7 @@ static void conn_on_eof(conn_t *c) {
   c->reading = 0; /* libuv stopped reading */
   switch (c->state) {
   case ST_LINGERING:
-    conn_close(c, (enum close_reason)c->close_reason);
+    conn_close(c, (enum http_close_reason)c->close_reason);
     break;
   case ST_READING: /* a request cut short, or none */
   case ST_IDLE:
@@ -1096,7 +1012,7 @@ static void on_handle_closed(uv_handle_t *handle) {
   maybe_finish_shutdown();
 }
 
-static void conn_close(conn_t *c, enum close_reason reason) {
+static void conn_close(conn_t *c, enum http_close_reason reason) {
   if (c->state == ST_CLOSING)
     return;
   c->state = ST_CLOSING;
@@ -1217,14 +1133,19 @@ static void maybe_finish_shutdown(void) {
   wheel_closing = 1;
   uvtw_timer_stop(&grace_timer);
   uvtw_timer_stop(&accept_retry_timer);
-  printf("shutdown: answered %" PRIu64 " requests in flight, dropped %" PRIu64
-         " connections with a request in flight, after %" PRIu64 " ms\n",
-         counters.drain_answered, counters.drain_dropped, now_ms() - shutdown_started_ms);
-  format_stats(line, sizeof line);
-  printf("stats %s\n", line);
-  fflush(stdout);
-  uv_close((uv_handle_t *)&sigint_handle, NULL);
-  uv_close((uv_handle_t *)&sigterm_handle, NULL);
+  if (config.out != NULL) {
+    fprintf(config.out,
+            "shutdown: answered %" PRIu64 " requests in flight, dropped %" PRIu64
+            " connections with a request in flight, after %" PRIu64 " ms\n",
+            counters.drain_answered, counters.drain_dropped, now_ms() - shutdown_started_ms);
+    format_stats(line, sizeof line);
+    fprintf(config.out, "stats %s\n", line);
+    fflush(config.out);
+  }
+  if (config.handle_signals) {
+    uv_close((uv_handle_t *)&sigint_handle, NULL);
+    uv_close((uv_handle_t *)&sigterm_handle, NULL);
+  }
   uvtw_wheel_close(wheel, on_wheel_closed, NULL);
 }
 
@@ -1244,27 +1165,21 @@ static void on_grace_over(uvtw_timer_t *timer) {
   maybe_finish_shutdown();
 }
 
-/* First signal: stop accepting, close idle connections, let requests in
- * flight finish within the grace period. Second signal: drop them at once. */
-static void on_signal(uv_signal_t *handle, int signum) {
+/* Stop accepting, close idle connections, let requests in flight finish
+ * within the grace period. */
+void http_server_shutdown(void) {
   conn_t *c, *next;
-  (void)handle;
-  if (shutting_down) {
-    if (!wheel_closing) {
-      fprintf(stderr, "http_server: second signal: exiting at once\n");
-      exit_status = 128 + signum;
-      drop_all();
-      maybe_finish_shutdown();
-    }
+  if (shutting_down)
     return;
-  }
   shutting_down = 1;
   shutdown_started_ms = now_ms();
   uv_close((uv_handle_t *)&server, NULL);
   uvtw_timer_stop(&accept_retry_timer);
   /* The signal handles stay for a second signal, without keeping the loop. */
-  uv_unref((uv_handle_t *)&sigint_handle);
-  uv_unref((uv_handle_t *)&sigterm_handle);
+  if (config.handle_signals) {
+    uv_unref((uv_handle_t *)&sigint_handle);
+    uv_unref((uv_handle_t *)&sigterm_handle);
+  }
   for (c = connections; c != NULL; c = next) {
     next = c->next;
     if (c->state == ST_IDLE || (c->state == ST_READING && !c->request_started))
@@ -1277,79 +1192,37 @@ static void on_signal(uv_signal_t *handle, int signum) {
   maybe_finish_shutdown();
 }
 
-/* ---- main ------------------------------------------------------------------- */
-
-static void usage(int status) {
-  fputs(usage_text, status == 0 ? stdout : stderr);
-  exit(status);
-}
-
-static uint64_t parse_number(const char *s) {
-  char *end;
-  unsigned long long v;
-  if (s == NULL)
-    usage(2);
-  errno = 0;
-  v = strtoull(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || s[0] == '-')
-    usage(2);
-  return v;
-}
-
-static void parse_args(int argc, char **argv, uvtw_options_t *wheel_options) {
-  int i = 1;
-  while (i < argc) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-      usage(0);
-    else if (strcmp(a, "--headers-timeout") == 0)
-      config.headers_timeout = parse_number(v);
-    else if (strcmp(a, "--request-timeout") == 0)
-      config.request_timeout = parse_number(v);
-    else if (strcmp(a, "--keep-alive-timeout") == 0)
-      config.keep_alive_timeout = parse_number(v);
-    else if (strcmp(a, "--keep-alive-timeout-buffer") == 0)
-      config.keep_alive_timeout_buffer = parse_number(v);
-    else if (strcmp(a, "--send-timeout") == 0)
-      config.send_timeout = parse_number(v);
-    else if (strcmp(a, "--shutdown-grace") == 0)
-      config.shutdown_grace = parse_number(v);
-    else if (strcmp(a, "--max-header-size") == 0)
-      config.max_header_size = parse_number(v);
-    else if (strcmp(a, "--max-headers-count") == 0)
-      config.max_headers_count = parse_number(v);
-    else if (strcmp(a, "--max-body-size") == 0) {
-      config.max_body_size = parse_number(v);
-      if (config.max_body_size > UINT32_MAX)
-        usage(2);
-    } else if (strcmp(a, "--fail-accept-allocs") == 0)
-      config.fail_accept_allocs = parse_number(v);
-    else if (strcmp(a, "--wheel-tick-ms") == 0) {
-      uint64_t tick = parse_number(v);
-      if (tick > UINT32_MAX)
-        usage(2);
-      wheel_options->tick_ms = (uint32_t)tick;
-    } else if (strcmp(a, "--port") == 0) {
-      uint64_t port = parse_number(v);
-      if (port > 65535)
-        usage(2);
-      config.port = (int)port;
-    } else if (strcmp(a, "--host") == 0 && v != NULL)
-      config.host = v;
-    else
-      usage(2);
-    i += 2;
+/* First signal: the shutdown. Second signal: drop what is in flight and
+ * exit at once. */
+static void on_signal(uv_signal_t *handle, int signum) {
+  (void)handle;
+  if (!shutting_down) {
+    http_server_shutdown();
+  } else if (!wheel_closing) {
+    fprintf(stderr, "http_server: second signal: exiting at once\n");
+    exit_status = 128 + signum;
+    drop_all();
+    maybe_finish_shutdown();
   }
 }
 
-/* Best effort: many idle connections need many descriptors. */
-static void raise_fd_limit(void) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
+/* ---- Starting and running ------------------------------------------------------ */
+
+void http_server_config_init(http_server_config_t *c) {
+  memset(c, 0, sizeof *c);
+  c->headers_timeout = 60000;
+  c->request_timeout = 300000;
+  c->keep_alive_timeout = 5000;
+  c->keep_alive_timeout_buffer = 1000;
+  c->send_timeout = 30000;
+  c->shutdown_grace = 10000;
+  c->max_header_size = 16384;
+  c->max_headers_count = 2000;
+  c->max_body_size = 1048576;
+  c->host = "127.0.0.1";
 }
+
+static int listening_port;
 
 static int listen_on(void) {
   struct sockaddr_storage addr;
@@ -1374,42 +1247,67 @@ static int listen_on(void) {
   if (addr.ss_family == AF_INET6) {
     uv_ip6_name((struct sockaddr_in6 *)&addr, host, sizeof host);
     port = ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
-    printf("listening on [%s]:%d\n", host, port);
   } else {
     uv_ip4_name((struct sockaddr_in *)&addr, host, sizeof host);
     port = ntohs(((struct sockaddr_in *)&addr)->sin_port);
-    printf("listening on %s:%d\n", host, port);
   }
-  fflush(stdout);
+  listening_port = port;
+  if (config.out != NULL) {
+    fprintf(config.out, addr.ss_family == AF_INET6 ? "listening on [%s]:%d\n"
+                                                   : "listening on %s:%d\n",
+            host, port);
+    fflush(config.out);
+  }
   return 0;
 }
 
-/* Runs the server on the default loop with a wheel made from
- * `wheel_options` (NULL: the defaults) until it has shut down. */
-static int server_run(const uvtw_options_t *wheel_options) {
+int http_server_start(uv_loop_t *server_loop, const http_server_config_t *server_config,
+                      const uvtw_options_t *wheel_options) {
   int r;
-  loop = uv_default_loop();
+#ifdef USE_UV_TIMER
+  if (wheel_options != NULL && wheel_options->manual_clock)
+    return UV_ENOTSUP; /* the connection timers would run on the loop's clock */
+#endif
+  loop = server_loop;
+  config = *server_config;
+  memset(&counters, 0, sizeof counters);
+  connections = NULL;
+  work_in_flight = 0;
+  accept_waiting = shutting_down = wheel_closing = exit_status = 0;
+  listening_port = 0;
   parser_setup();
   r = uvtw_wheel_new(loop, wheel_options, &wheel);
   if (r != 0) {
     fprintf(stderr, "http_server: uvtw_wheel_new: %s\n", uv_strerror(r));
-    return 1;
+    wheel = NULL;
+    return r;
   }
   uvtw_timer_init(wheel, &accept_retry_timer);
   uvtw_timer_init(wheel, &grace_timer);
   signal(SIGPIPE, SIG_IGN); /* a peer that went away is an error code, not a signal */
   uv_tcp_init(loop, &server);
-  uv_signal_init(loop, &sigint_handle);
-  uv_signal_init(loop, &sigterm_handle);
-  uv_signal_start(&sigint_handle, on_signal, SIGINT);
-  uv_signal_start(&sigterm_handle, on_signal, SIGTERM);
-  if (listen_on() != 0) {
-    on_signal(NULL, 0); /* same orderly teardown */
-    uv_run(loop, UV_RUN_DEFAULT);
+  if (config.handle_signals) {
+    uv_signal_init(loop, &sigint_handle);
+    uv_signal_init(loop, &sigterm_handle);
+    uv_signal_start(&sigint_handle, on_signal, SIGINT);
+    uv_signal_start(&sigterm_handle, on_signal, SIGTERM);
+  }
+  r = listen_on();
+  if (r != 0)
+    http_server_shutdown(); /* the same orderly teardown, run by the loop */
+  return r;
+}
+
+int http_server_run(uv_loop_t *server_loop, const http_server_config_t *server_config,
+                    const uvtw_options_t *wheel_options) {
+  int r = http_server_start(server_loop, server_config, wheel_options);
+  if (r != 0 && wheel == NULL)
+    return 1; /* no wheel: nothing was opened */
+  uv_run(loop, UV_RUN_DEFAULT);
+  if (r != 0) {
     uv_loop_close(loop);
     return 1;
   }
-  uv_run(loop, UV_RUN_DEFAULT);
   r = uv_loop_close(loop);
   if (r != 0) {
     fprintf(stderr, "http_server: uv_loop_close: %s\n", uv_strerror(r));
@@ -1418,10 +1316,18 @@ static int server_run(const uvtw_options_t *wheel_options) {
   return exit_status;
 }
 
-int main(int argc, char **argv) {
-  uvtw_options_t wheel_options;
-  memset(&wheel_options, 0, sizeof wheel_options);
-  parse_args(argc, argv, &wheel_options);
-  raise_fd_limit();
-  return server_run(&wheel_options);
+int http_server_port(void) {
+  return listening_port;
+}
+
+uvtw_wheel_t *http_server_wheel(void) {
+  return wheel;
+}
+
+const http_server_counters_t *http_server_counters(void) {
+  return &counters;
+}
+
+size_t http_server_format_stats(char *out, size_t size) {
+  return format_stats(out, size);
 }

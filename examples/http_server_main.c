@@ -1,0 +1,133 @@
+/* http_server: the example server's command line. The server itself is
+ * http_server.c (see http_server.h); this file parses the options into its
+ * configuration and runs it on the default loop, with a wheel on the loop's
+ * clock, until a signal has shut it down. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
+#endif
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "http_server.h"
+
+static const char usage_text[] =
+    "usage: http_server [options]\n"
+    "  --host ADDR                 listen address (default 127.0.0.1)\n"
+    "  --port N                    0 picks a free port (default 0); prints 'listening on HOST:PORT'\n"
+    "  --headers-timeout MS        Node's headersTimeout (default 60000): the request head\n"
+    "  --request-timeout MS        Node's requestTimeout (default 300000): the whole request\n"
+    "  --keep-alive-timeout MS     Node's keepAliveTimeout (default 5000): idle between requests;\n"
+    "                              responses advertise 'Keep-Alive: timeout=floor(MS/1000)'\n"
+    "  --keep-alive-timeout-buffer MS  Node's keepAliveTimeoutBuffer (default 1000): an idle\n"
+    "                              connection closes this much after keepAliveTimeout, so that\n"
+    "                              a client that waits the advertised time never races the close\n"
+    "  --send-timeout MS           a queued response must be taken by the client within MS\n"
+    "                              (default 30000); then the connection closes\n"
+    "  --max-header-size BYTES     Node's --max-http-header-size (default 16384): 431 beyond\n"
+    "  --max-headers-count N       Node's maxHeadersCount (default 2000): 431 beyond\n"
+    "  --max-body-size BYTES       413 beyond, 417 to 'Expect: 100-continue' (default 1048576)\n"
+    "  --shutdown-grace MS         after SIGTERM/SIGINT, time left to in-flight requests\n"
+    "                              (default 10000)\n"
+    "  --wheel-tick-ms N           uvtw_options_t.tick_ms of the wheel (default 1)\n"
+    "  --fail-accept-allocs N      fault injection: the first N connection allocations fail\n"
+    "0 disables a timeout. Routes: GET|HEAD / (hello), /delay?ms=N (answer after N ms, from\n"
+    "the thread pool via uvtw_schedule), /bytes?n=N (N bytes, N <= 1048576), /stats\n"
+    "(counters); POST /upload (counts the body).\n"
+    "Signals: the first SIGTERM/SIGINT stops accepting, closes idle connections, answers\n"
+    "requests in flight (with 'Connection: close') and exits 0 when they are done or the\n"
+    "grace period is over, printing what it dropped; a second one exits at once (128+signal).\n"
+    "Differences from Node's http.Server: a CONNECT gets 405 and a clean close (Node\n"
+    "destroys the socket without a reply); a client that half-closes still gets\n"
+    "every response it asked for (Node drops them); a client that does not read its responses\n"
+    "is closed after --send-timeout (Node keeps it forever); more than maxHeadersCount headers\n"
+    "get 431 (Node drops the extra headers); a body above --max-body-size gets 413 (Node has\n"
+    "no limit); the shutdown grace period (Node's server.close() waits without limit).\n";
+
+static void usage(int status) {
+  fputs(usage_text, status == 0 ? stdout : stderr);
+  exit(status);
+}
+
+static uint64_t parse_number(const char *s) {
+  char *end;
+  unsigned long long v;
+  if (s == NULL)
+    usage(2);
+  errno = 0;
+  v = strtoull(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || s[0] == '-')
+    usage(2);
+  return v;
+}
+
+static void parse_args(int argc, char **argv, http_server_config_t *config,
+                       uvtw_options_t *wheel_options) {
+  int i = 1;
+  while (i < argc) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+      usage(0);
+    else if (strcmp(a, "--headers-timeout") == 0)
+      config->headers_timeout = parse_number(v);
+    else if (strcmp(a, "--request-timeout") == 0)
+      config->request_timeout = parse_number(v);
+    else if (strcmp(a, "--keep-alive-timeout") == 0)
+      config->keep_alive_timeout = parse_number(v);
+    else if (strcmp(a, "--keep-alive-timeout-buffer") == 0)
+      config->keep_alive_timeout_buffer = parse_number(v);
+    else if (strcmp(a, "--send-timeout") == 0)
+      config->send_timeout = parse_number(v);
+    else if (strcmp(a, "--shutdown-grace") == 0)
+      config->shutdown_grace = parse_number(v);
+    else if (strcmp(a, "--max-header-size") == 0)
+      config->max_header_size = parse_number(v);
+    else if (strcmp(a, "--max-headers-count") == 0)
+      config->max_headers_count = parse_number(v);
+    else if (strcmp(a, "--max-body-size") == 0) {
+      config->max_body_size = parse_number(v);
+      if (config->max_body_size > UINT32_MAX)
+        usage(2);
+    } else if (strcmp(a, "--fail-accept-allocs") == 0)
+      config->fail_accept_allocs = parse_number(v);
+    else if (strcmp(a, "--wheel-tick-ms") == 0) {
+      uint64_t tick = parse_number(v);
+      if (tick > UINT32_MAX)
+        usage(2);
+      wheel_options->tick_ms = (uint32_t)tick;
+    } else if (strcmp(a, "--port") == 0) {
+      uint64_t port = parse_number(v);
+      if (port > 65535)
+        usage(2);
+      config->port = (int)port;
+    } else if (strcmp(a, "--host") == 0 && v != NULL)
+      config->host = v;
+    else
+      usage(2);
+    i += 2;
+  }
+}
+
+/* Best effort: many idle connections need many descriptors. */
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+int main(int argc, char **argv) {
+  http_server_config_t config;
+  uvtw_options_t wheel_options;
+  http_server_config_init(&config);
+  config.handle_signals = 1;
+  config.out = stdout;
+  memset(&wheel_options, 0, sizeof wheel_options);
+  parse_args(argc, argv, &config, &wheel_options);
+  raise_fd_limit();
+  return http_server_run(uv_default_loop(), &config, &wheel_options);
+}

@@ -3,12 +3,8 @@
 #ifndef UVTW_INTERNAL_H
 #define UVTW_INTERNAL_H
 
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
 #include "uvtw.h"
-#include "wheel.h"
+#include "wheel.h" /* and with it stdbool.h, stddef.h, stdint.h */
 
 #define container_of(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
@@ -26,7 +22,7 @@ struct uvtw_wheel_s {
   bool armed;              /* the uv_timer_t is started, for armed_at */
   bool kicked;             /* the uv_async_t was sent to start the next pass */
   bool collected;          /* the next pass's due entries are already expired */
-  int handles_open;
+  int handles_closed;
   uint64_t armed_at;       /* ticks */
   uint64_t manual_now;     /* ms, the manual clock */
   uint64_t refs;           /* pending entries that keep the loop alive */

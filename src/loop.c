@@ -263,7 +263,6 @@ int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **o
     return err;
   }
   uv_timer_init(loop, &w->timer);
-  w->handles_open = 2;
   update_refs(w);
   *out = w;
   return 0;
@@ -271,7 +270,7 @@ int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **o
 
 static void on_handle_closed(uv_handle_t *handle) {
   uvtw_wheel_t *w = handle->data;
-  if (--w->handles_open != 0)
+  if (++w->handles_closed < 2) /* the uv_timer_t and the uv_async_t */
     return;
   if (w->close_cb != NULL)
     w->close_cb(w, w->close_arg);

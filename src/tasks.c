@@ -199,10 +199,9 @@ static void take_in_list(uvtw_wheel_t *w, mpsc_node_t *node) {
 
 void uvtw__tasks_take_in(uvtw_wheel_t *w) {
   mpsc_node_t *batch = uvtw__mpsc_take_all(&w->shared->queue);
-  if (batch != NULL) {
+  if (batch != NULL)
     w->stats.remote_batches++;
-    take_in_list(w, batch);
-  }
+  take_in_list(w, batch);
 }
 
 void uvtw__tasks_close(uvtw_wheel_t *w) {

@@ -1,31 +1,37 @@
 /* A hierarchical timing wheel that is told the time.
  *
  * Time is a 64-bit count of ticks. The wheel keeps its own time `now`; every
- * pending deadline is >= now. An entry with deadline d is filed on the level
- * of the highest 6-bit digit in which d and now differ, in the slot named by
- * d's digit on that level:
+ * pending deadline is >= now. Level 0 is the lowest 12 bits of the time,
+ * each upper level one more 6-bit digit. An entry with deadline d is filed
+ * on the level of the highest digit in which d and now differ, in the slot
+ * named by d's digit on that level:
  *
- *   level  slot width     a level spans     (ticks; 1 tick = 1 ms by default)
- *   0      1              64                exact deadlines
- *   1      64             4,096             ~4 s
- *   2      4,096          262,144           ~4.4 min
- *   3      262,144        16,777,216        ~4.7 h
- *   ...    64^level       64^(level+1)
- *   10     2^60           2^64              all of uint64_t
+ *   level  slots  slot width   a level spans   (1 tick = 1 ms by default)
+ *   0      4096   1            4,096           ~4 s, exact deadlines
+ *   1      64     4,096        262,144         ~4.4 min
+ *   2      64     262,144      16,777,216      ~4.7 h
+ *   ...
+ *   9      64     2^60         2^64            all of uint64_t
+ *
+ * Level 0 is wide so that the common timeouts, a few seconds, fire without
+ * ever being moved (the bench's expire and cancel workloads); it costs
+ * about 128 KiB a wheel.
  *
  * Within its current rotation a level never wraps: d and now share every
  * digit above the entry's level, so only slots at or after now's own digit
  * can be occupied. Hence every entry on a lower level is due before every
- * entry on a higher one, and within a level slots are in time order: the
- * earliest pending entry is in the lowest occupied slot of the lowest
- * occupied level, found with one bitmap per level and count-trailing-zeros.
+ * entry on a higher one, and within a level slots are in time order. The
+ * slots are one array in that order (level 0's, then each upper level's),
+ * with one bitmap over it: the earliest pending entry is in the first
+ * occupied slot, found by looking for the first non-zero bitmap word and
+ * counting its trailing zeros.
  *
- * uvtw__wheel_expire(now) repeatedly takes that earliest slot while it starts at or
- * before `now`, moves the wheel's time to the slot's start and either moves
- * its entries to the expired list (level 0: they all have exactly that
- * deadline) or files them again against the new time, which puts each on a
- * lower level (the cascade). Entries never expire before their deadline and
- * a cascade keeps the exact deadline.
+ * uvtw__wheel_expire(now) repeatedly takes that earliest slot while it
+ * starts at or before `now`, moves the wheel's time to the slot's start and
+ * either moves its entries to the expired list (level 0: they all have
+ * exactly that deadline) or files them again against the new time, which
+ * puts each on a lower level (the cascade). Entries never expire before
+ * their deadline and a cascade keeps the exact deadline.
  *
  * FIFO among equal deadlines: every entry carries its start order (`seq`),
  * and a level-0 slot, whose entries share one deadline, is kept in that
@@ -49,7 +55,6 @@
  */
 #include "wheel.h"
 
-#include <stddef.h>
 #include <string.h>
 
 static inline void list_init(wheel_node_t *head) {
@@ -68,10 +73,8 @@ static inline void list_append(wheel_node_t *head, wheel_node_t *node) {
   head->prev = node;
 }
 
-/* Moves all of `from` to the tail of `to`, leaving `from` empty. */
+/* Moves all of `from` (not empty) to the tail of `to`, leaving `from` empty. */
 static void list_splice(wheel_node_t *to, wheel_node_t *from) {
-  if (list_empty(from))
-    return;
   from->next->prev = to->prev;
   to->prev->next = from->next;
   from->prev->next = to;
@@ -83,18 +86,17 @@ void uvtw__wheel_init(wheel_t *w, uint64_t now) {
   memset(w, 0, sizeof *w);
   w->now = now;
   list_init(&w->expired);
-  for (unsigned level = 0; level < WHEEL_LEVELS; level++)
-    for (unsigned slot = 0; slot < WHEEL_SLOTS; slot++)
-      list_init(&w->slots[level][slot]);
+  for (unsigned index = 0; index < WHEEL_SLOT_COUNT; index++)
+    list_init(&w->slots[index]);
 }
 
 /* Files a node whose deadline is >= the wheel's time; returns its level. */
 static unsigned file(wheel_t *w, wheel_node_t *node) {
   unsigned level = wheel_level_of(node->deadline, w->now);
-  unsigned slot = wheel_slot_of(node->deadline, level);
-  wheel_node_t *head = &w->slots[level][slot];
-  if (!(w->occupied[level] & ((uint64_t)1 << slot))) {
-    w->occupied[level] |= ((uint64_t)1 << slot);
+  unsigned index = wheel_slot_of(node->deadline, level);
+  wheel_node_t *head = &w->slots[index];
+  if (!(w->occupied[index / 64] & ((uint64_t)1 << index % 64))) {
+    w->occupied[index / 64] |= (uint64_t)1 << index % 64;
     head->deadline = node->deadline;
   } else if (node->deadline < head->deadline) {
     head->deadline = node->deadline;
@@ -134,17 +136,17 @@ void uvtw__wheel_remove(wheel_t *w, wheel_node_t *node) {
   /* Both neighbours are the same node only if it is a list head and the
    * list is now empty; if that head is a slot's, clear its bit. */
   if (prev == next && prev != &w->expired) {
-    size_t index = (size_t)(prev - &w->slots[0][0]);
-    w->occupied[index / WHEEL_SLOTS] &= ~((uint64_t)1 << (index % WHEEL_SLOTS));
+    size_t index = (size_t)(prev - w->slots);
+    w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
   }
 }
 
-/* The lowest occupied level and its first occupied slot; false if none. */
-static bool first_occupied(const wheel_t *w, unsigned *level, unsigned *slot) {
-  for (unsigned l = 0; l < WHEEL_LEVELS; l++) {
-    if (w->occupied[l] != 0) {
-      *level = l;
-      *slot = (unsigned)uvtw_lowest_bit(w->occupied[l]);
+/* The first occupied slot, which holds the earliest entries (slots are in
+ * time order); false if none. */
+static bool first_occupied(const wheel_t *w, unsigned *index) {
+  for (unsigned word = 0; word < WHEEL_SLOT_COUNT / 64; word++) {
+    if (w->occupied[word] != 0) {
+      *index = word * 64 + (unsigned)uvtw_lowest_bit(w->occupied[word]);
       return true;
     }
   }
@@ -152,14 +154,15 @@ static bool first_occupied(const wheel_t *w, unsigned *level, unsigned *slot) {
 }
 
 void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
-  unsigned level, slot;
-  while (first_occupied(w, &level, &slot)) {
-    uint64_t start = wheel_slot_start(w->now, level, slot);
+  unsigned index;
+  while (first_occupied(w, &index)) {
+    uint64_t start = wheel_slot_start(w->now, index);
     if (start > now)
       break;
     w->now = start;
-    w->occupied[level] &= ~((uint64_t)1 << slot);
-    wheel_node_t *head = &w->slots[level][slot];
+    w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
+    wheel_node_t *head = &w->slots[index];
+    unsigned level = wheel_level_of_slot(index);
     if (level == 0) {
       list_splice(&w->expired, head);
       continue;
@@ -189,27 +192,27 @@ wheel_node_t *uvtw__wheel_pop_expired(wheel_t *w) {
 }
 
 uint64_t uvtw__wheel_next_deadline(const wheel_t *w) {
-  unsigned level, slot;
+  unsigned index;
   if (!list_empty(&w->expired))
     return w->expired.next->deadline;
-  if (!first_occupied(w, &level, &slot))
+  if (!first_occupied(w, &index))
     return UINT64_MAX;
-  return w->slots[level][slot].deadline;
+  return w->slots[index].deadline;
 }
 
 uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w) {
   if (!list_empty(&w->expired))
     return w->expired.next->deadline;
-  /* Slots in time order: by level, then by slot. A slot's entries are all
-   * due at or after its start, so once the earliest deadline seen is not
-   * after the next slot's start, no later slot holds an earlier one. */
+  /* Slots in time order. A slot's entries are all due at or after its
+   * start, so once the earliest deadline seen is not after the next slot's
+   * start, no later slot holds an earlier one. */
   uint64_t earliest = UINT64_MAX;
-  for (unsigned level = 0; level < WHEEL_LEVELS; level++) {
-    for (uint64_t bits = w->occupied[level]; bits != 0; bits &= bits - 1) {
-      unsigned slot = (unsigned)uvtw_lowest_bit(bits);
-      if (earliest <= wheel_slot_start(w->now, level, slot))
+  for (unsigned word = 0; word < WHEEL_SLOT_COUNT / 64; word++) {
+    for (uint64_t bits = w->occupied[word]; bits != 0; bits &= bits - 1) {
+      unsigned index = word * 64 + (unsigned)uvtw_lowest_bit(bits);
+      if (earliest <= wheel_slot_start(w->now, index))
         return earliest;
-      const wheel_node_t *head = &w->slots[level][slot];
+      const wheel_node_t *head = &w->slots[index];
       for (const wheel_node_t *node = head->next; node != head; node = node->next)
         if (node->deadline < earliest)
           earliest = node->deadline;

@@ -9,9 +9,10 @@
 
 #include "port.h"
 
-#define WHEEL_DIGIT_BITS 6 /* a level is one 6-bit digit of the time */
-#define WHEEL_LEVELS 11    /* 11 digits cover 64-bit times */
-#define WHEEL_SLOTS 64
+#define WHEEL_LEVEL0_BITS 12 /* level 0: 4096 one-tick slots */
+#define WHEEL_DIGIT_BITS 6   /* each upper level: one more 6-bit digit */
+#define WHEEL_LEVELS 10      /* 12 + 9 x 6 bits cover 64-bit times */
+#define WHEEL_SLOT_COUNT ((1u << WHEEL_LEVEL0_BITS) + (WHEEL_LEVELS - 1) * (1u << WHEEL_DIGIT_BITS))
 
 /* An entry: intrusive, embedded by the caller. `next` is NULL while the
  * entry is in no list. */
@@ -27,31 +28,52 @@ typedef struct wheel_s {
   uint64_t count;    /* entries in slots or in the expired list */
   uint64_t cascaded; /* entries moved to a finer level */
   uint64_t next_seq; /* the next entry's start order */
-  uint64_t occupied[WHEEL_LEVELS]; /* bit s set: slots[level][s] is not empty */
+  /* Bit i set: slots[i] is not empty. */
+  uint64_t occupied[WHEEL_SLOT_COUNT / 64];
   /* Entries taken out of the slots by wheel_expire, in firing order. */
   wheel_node_t expired;
-  /* Circular lists with the head as sentinel; a head's `deadline` is a
-   * lower bound of its entries' deadlines (exact until one is removed). */
-  wheel_node_t slots[WHEEL_LEVELS][WHEEL_SLOTS];
+  /* Every slot in time order: level 0's, then each upper level's. Circular
+   * lists with the head as sentinel; a head's `deadline` is a lower bound
+   * of its entries' deadlines (exact until one is removed). */
+  wheel_node_t slots[WHEEL_SLOT_COUNT];
 } wheel_t;
+
+/* A level's digit starts at bit wheel_shift(level) and ends below
+ * wheel_shift(level + 1); its slots start at wheel_first_slot(level). */
+static inline unsigned wheel_shift(unsigned level) {
+  return level == 0 ? 0 : WHEEL_LEVEL0_BITS + WHEEL_DIGIT_BITS * (level - 1);
+}
+
+static inline unsigned wheel_first_slot(unsigned level) {
+  return level == 0 ? 0 : (1u << WHEEL_LEVEL0_BITS) + (level - 1) * (1u << WHEEL_DIGIT_BITS);
+}
+
+static inline unsigned wheel_level_of_slot(unsigned index) {
+  return index < (1u << WHEEL_LEVEL0_BITS)
+             ? 0
+             : 1 + ((index - (1u << WHEEL_LEVEL0_BITS)) >> WHEEL_DIGIT_BITS);
+}
 
 /* The level on which an entry due at `deadline` is filed at time `now`. */
 static inline unsigned wheel_level_of(uint64_t deadline, uint64_t now) {
-  uint64_t differ = deadline ^ now;
-  return differ == 0 ? 0 : (unsigned)uvtw_highest_bit(differ) / WHEEL_DIGIT_BITS;
+  uint64_t differ = (deadline ^ now) >> WHEEL_LEVEL0_BITS;
+  return differ == 0 ? 0 : 1 + (unsigned)uvtw_highest_bit(differ) / WHEEL_DIGIT_BITS;
 }
 
-/* The slot an entry due at `deadline` takes on `level`. */
+/* The slot (index in slots[]) an entry due at `deadline` takes on `level`. */
 static inline unsigned wheel_slot_of(uint64_t deadline, unsigned level) {
-  return (unsigned)(deadline >> (WHEEL_DIGIT_BITS * level)) & (WHEEL_SLOTS - 1);
+  uint64_t digit = (deadline >> wheel_shift(level)) &
+                   ((1u << (wheel_shift(level + 1) - wheel_shift(level))) - 1);
+  return wheel_first_slot(level) + (unsigned)digit;
 }
 
-/* The first tick of `slot` on `level` in the rotation that holds `now`. */
-static inline uint64_t wheel_slot_start(uint64_t now, unsigned level, unsigned slot) {
-  unsigned shift = WHEEL_DIGIT_BITS * level;
-  unsigned above = shift + WHEEL_DIGIT_BITS;
+/* The first tick of slot `index` in the rotation of its level that holds
+ * `now`. */
+static inline uint64_t wheel_slot_start(uint64_t now, unsigned index) {
+  unsigned level = wheel_level_of_slot(index);
+  unsigned above = wheel_shift(level + 1);
   uint64_t high = above >= 64 ? 0 : now >> above << above;
-  return high | (uint64_t)slot << shift;
+  return high | (uint64_t)(index - wheel_first_slot(level)) << wheel_shift(level);
 }
 
 void uvtw__wheel_init(wheel_t *w, uint64_t now);

@@ -43,14 +43,15 @@ static const char *check_links(const wheel_node_t *head, uint64_t *count) {
   return NULL;
 }
 
-static const char *check_slot(const wheel_t *w, unsigned level, unsigned slot, uint64_t *count) {
-  const wheel_node_t *head = &w->slots[level][slot];
+static const char *check_slot(const wheel_t *w, unsigned index, uint64_t *count) {
+  const wheel_node_t *head = &w->slots[index];
+  unsigned level = wheel_level_of_slot(index);
   const char *error = check_links(head, count);
   if (error != NULL)
     return error;
-  if ((head->next == head) == ((w->occupied[level] & ((uint64_t)1 << slot)) != 0))
+  if ((head->next == head) == ((w->occupied[index / 64] & ((uint64_t)1 << index % 64)) != 0))
     return "an occupancy bit disagrees with its slot";
-  uint64_t start = wheel_slot_start(w->now, level, slot);
+  uint64_t start = wheel_slot_start(w->now, index);
   for (const wheel_node_t *node = head->next; node != head; node = node->next) {
     if (node->deadline < w->now)
       return "a filed deadline is before the wheel's time";
@@ -81,10 +82,13 @@ static const char *wheel_check(const wheel_t *w) {
          (node->deadline == node->prev->deadline && node->seq < node->prev->seq)))
       return "expired entries are out of deadline and start order";
   }
-  for (unsigned level = 0; level < WHEEL_LEVELS; level++)
-    for (unsigned slot = 0; slot < WHEEL_SLOTS; slot++)
-      if ((error = check_slot(w, level, slot, &count)) != NULL)
-        return error;
+  for (unsigned index = 0; index < WHEEL_SLOT_COUNT; index++) {
+    const wheel_node_t *head = &w->slots[index];
+    bool empty_and_clear = head->next == head && head->prev == head &&
+                           !(w->occupied[index / 64] & ((uint64_t)1 << index % 64));
+    if (!empty_and_clear && (error = check_slot(w, index, &count)) != NULL)
+      return error;
+  }
   if (count != w->count)
     return "the entry count disagrees with the lists";
   return NULL;
@@ -266,15 +270,17 @@ static void test_fifo_across_levels(void) {
   static wheel_t w;
   entry_t e[4];
   uvtw__wheel_init(&w, 0);
-  /* Same deadline 5000, filed at different times: on level 2, then 1, then 0. */
-  uvtw__wheel_insert(&w, &e[0].node, 5000);
-  uvtw__wheel_expire(&w, 4000);
-  uvtw__wheel_insert(&w, &e[1].node, 5000);
-  uvtw__wheel_expire(&w, 4990);
-  uvtw__wheel_insert(&w, &e[2].node, 5000);
-  uvtw__wheel_insert(&w, &e[3].node, 4999);
+  /* Same deadline 320000, filed at different times: e[0] on level 2, e[2]
+   * on level 1 after e[0] and e[1] cascaded there. */
+  uvtw__wheel_insert(&w, &e[0].node, 320000);
+  uvtw__wheel_expire(&w, 256000);
+  uvtw__wheel_insert(&w, &e[1].node, 320000);
+  uvtw__wheel_expire(&w, 319360);
+  uvtw__wheel_insert(&w, &e[2].node, 320000);
+  uvtw__wheel_insert(&w, &e[3].node, 319936);
   tap_ok(wheel_check(&w) == NULL, "fifo: the checker accepts the wheel");
-  uvtw__wheel_expire(&w, 5000);
+  tap_ok(w.cascaded == 2, "fifo: the first two entries cascaded on the way");
+  uvtw__wheel_expire(&w, 320000);
   wheel_node_t *order[4];
   for (int i = 0; i < 4; i++)
     order[i] = uvtw__wheel_pop_expired(&w);
@@ -289,22 +295,22 @@ static void test_fifo_postponed(void) {
   static wheel_t w;
   entry_t a, b, c;
   uvtw__wheel_init(&w, 0);
-  uvtw__wheel_insert(&w, &a.node, 3000); /* level 1 */
-  uvtw__wheel_insert(&w, &b.node, 9000); /* level 2 */
-  uvtw__wheel_insert(&w, &c.node, 3000);
-  tap_ok(uvtw__wheel_postpone(&w, &a.node, 9000), "postpone: an upper-level entry may stay");
-  tap_ok(!uvtw__wheel_postpone(&w, &c.node, 2000), "postpone: never to an earlier deadline");
-  uvtw__wheel_expire(&w, 2999);
-  tap_ok(uvtw__wheel_pop_expired(&w) == NULL, "postpone: nothing is due before 3000");
-  uvtw__wheel_expire(&w, 3000);
+  uvtw__wheel_insert(&w, &a.node, 192000); /* level 1 */
+  uvtw__wheel_insert(&w, &b.node, 576000); /* level 2 */
+  uvtw__wheel_insert(&w, &c.node, 192000);
+  tap_ok(uvtw__wheel_postpone(&w, &a.node, 576000), "postpone: an upper-level entry may stay");
+  tap_ok(!uvtw__wheel_postpone(&w, &c.node, 128000), "postpone: never to an earlier deadline");
+  uvtw__wheel_expire(&w, 191999);
+  tap_ok(uvtw__wheel_pop_expired(&w) == NULL, "postpone: nothing is due before 192000");
+  uvtw__wheel_expire(&w, 192000);
   tap_ok(uvtw__wheel_pop_expired(&w) == &c.node && uvtw__wheel_pop_expired(&w) == NULL,
-         "postpone: only the entry left at 3000 expires there");
-  tap_ok(!uvtw__wheel_postpone(&w, &b.node, 8999), "postpone: not to an earlier deadline");
-  uvtw__wheel_expire(&w, 9000);
+         "postpone: only the entry left at 192000 expires there");
+  tap_ok(!uvtw__wheel_postpone(&w, &b.node, 575999), "postpone: not to an earlier deadline");
+  uvtw__wheel_expire(&w, 576000);
   wheel_node_t *first = uvtw__wheel_pop_expired(&w);
   wheel_node_t *second = uvtw__wheel_pop_expired(&w);
   tap_ok(first == &b.node && second == &a.node,
-         "postpone: at 9000, the entry started first runs first, the postponed one after");
+         "postpone: at 576000, the entry started first runs first, the postponed one after");
   tap_ok(wheel_check(&w) == NULL, "postpone: the checker accepts the wheel");
 }
 
@@ -347,9 +353,9 @@ static void checker_fixture(wheel_t *w, entry_t *e) {
   uvtw__wheel_insert(w, &e[0].node, 1000);   /* expires below */
   uvtw__wheel_insert(w, &e[1].node, 1000);   /* expires below */
   uvtw__wheel_insert(w, &e[2].node, 1010);   /* level 0 */
-  uvtw__wheel_insert(w, &e[3].node, 1100);   /* level 1 */
-  uvtw__wheel_insert(w, &e[4].node, 1120);   /* level 1, same slot */
-  uvtw__wheel_insert(w, &e[5].node, 100000); /* level 2 */
+  uvtw__wheel_insert(w, &e[3].node, 70000);  /* level 1, the slot starting at 69632 */
+  uvtw__wheel_insert(w, &e[4].node, 70500);  /* level 1, same slot */
+  uvtw__wheel_insert(w, &e[5].node, 300000); /* level 2 */
   uvtw__wheel_expire(w, 1000);
   uvtw__wheel_insert(w, &e[6].node, 1010); /* level 0, behind e[2] */
 }
@@ -361,11 +367,10 @@ typedef struct {
 } corruption_t;
 
 static wheel_node_t *slot_holding(wheel_t *w, const entry_t *e) {
-  for (unsigned l = 0; l < WHEEL_LEVELS; l++)
-    for (unsigned s = 0; s < WHEEL_SLOTS; s++)
-      for (wheel_node_t *n = w->slots[l][s].next; n != &w->slots[l][s]; n = n->next)
-        if (n == &e->node)
-          return &w->slots[l][s];
+  for (unsigned index = 0; index < WHEEL_SLOT_COUNT; index++)
+    for (wheel_node_t *n = w->slots[index].next; n != &w->slots[index]; n = n->next)
+      if (n == &e->node)
+        return &w->slots[index];
   return NULL;
 }
 
@@ -379,11 +384,11 @@ static void broken_back_link(wheel_t *w, entry_t *e) {
 }
 static void bit_without_entries(wheel_t *w, entry_t *e) {
   (void)e;
-  w->occupied[3] |= 1;
+  w->occupied[WHEEL_SLOT_COUNT / 64 - 1] |= (uint64_t)1 << 63;
 }
 static void entries_without_bit(wheel_t *w, entry_t *e) {
-  (void)e;
-  w->occupied[2] = 0;
+  size_t index = (size_t)(slot_holding(w, &e[5]) - w->slots);
+  w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
 }
 static void wrong_level0_slot(wheel_t *w, entry_t *e) {
   (void)w;
@@ -391,7 +396,7 @@ static void wrong_level0_slot(wheel_t *w, entry_t *e) {
 }
 static void slot_after_deadline(wheel_t *w, entry_t *e) {
   (void)w;
-  e[3].node.deadline = 1050;
+  e[3].node.deadline = 69000;
 }
 static void level0_out_of_start_order(wheel_t *w, entry_t *e) {
   (void)w;
@@ -410,7 +415,7 @@ static void deadline_before_now(wheel_t *w, entry_t *e) {
   e[2].node.deadline = 990;
 }
 static void minimum_too_high(wheel_t *w, entry_t *e) {
-  slot_holding(w, &e[3])->deadline = 1110;
+  slot_holding(w, &e[3])->deadline = 70100;
 }
 static void minimum_before_slot(wheel_t *w, entry_t *e) {
   slot_holding(w, &e[3])->deadline = 1000;

@@ -132,7 +132,7 @@ struct uvtw_timer_s {
  * an open wheel cannot be closed with uv_loop_close until the wheel is.
  * Errors: loop or out NULL, or manual_clock other than 0 or 1 -> UV_EINVAL;
  * no memory -> UV_ENOMEM; or the error of uv_async_init. Cost: one
- * allocation of about 23 KiB, plus a small one shared with tickets. */
+ * allocation of about 150 KiB, plus a small one shared with tickets. */
 UVTW_EXTERN int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **out);
 
 /* Closes the wheel. Pending timers become inactive and never fire. Every

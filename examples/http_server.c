@@ -274,6 +274,8 @@ static size_t format_stats(char *out, size_t size) {
       counters.accept_nomem, counters.requests);
   for (i = 0; i < CLOSE_REASONS; i++)
     PUT(" %s=%" PRIu64, close_reason_names[i], counters.closed[i]);
+  PUT(" received_bytes=%" PRIu64 " headers_timeouts=%" PRIu64 " request_timeouts=%" PRIu64,
+      counters.received, counters.headers_timeouts, counters.request_timeouts);
   PUT(" linger_timeouts=%" PRIu64 " drain_answered=%" PRIu64 " drain_dropped=%" PRIu64
       " buffered_bytes=%" PRIu64 " buffered_bytes_peak=%" PRIu64,
       counters.linger_timeouts, counters.drain_answered, counters.drain_dropped,
@@ -477,6 +479,7 @@ static void conn_fail(conn_t *c, int status) {
 static void on_headers_timeout(conn_timer_t *timer) {
   conn_t *c = timer->data;
   timeout_fired(&c->headers_timeout);
+  counters.headers_timeouts++;
   c->close_reason = CLOSE_HEADERS_TIMEOUT;
   conn_fail(c, 408); /* like Node: 408 and close */
 }
@@ -484,6 +487,7 @@ static void on_headers_timeout(conn_timer_t *timer) {
 static void on_request_timeout(conn_timer_t *timer) {
   conn_t *c = timer->data;
   timeout_fired(&c->request_timeout);
+  counters.request_timeouts++;
   c->close_reason = CLOSE_REQUEST_TIMEOUT;
   conn_fail(c, 408);
 }
@@ -991,6 +995,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     conn_close(c, CLOSE_PEER);
     return;
   }
+  counters.received += (uint64_t)nread;
   conn_feed(c, buf->base, (size_t)nread);
 }
 

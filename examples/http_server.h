@@ -53,6 +53,8 @@ typedef struct http_server_counters_s {
   uint64_t accept_errors;   /* accept failed (EMFILE...): libuv dropped the connection */
   uint64_t accept_nomem;    /* no memory for a connection: accept retried later */
   uint64_t requests;        /* responses written in full */
+  uint64_t received;        /* bytes read from clients */
+  uint64_t headers_timeouts, request_timeouts; /* fired: a 408 is sent, then the close */
   uint64_t closed[CLOSE_REASONS];
   uint64_t linger_timeouts; /* lingering closes that ended without the client's EOF */
   uint64_t timers_armed, timers_armed_peak;

@@ -38,31 +38,31 @@ enum http_close_reason {
   CLOSE_HEADERS_TIMEOUT,
   CLOSE_REQUEST_TIMEOUT,
   CLOSE_KEEPALIVE_TIMEOUT,
-  CLOSE_SEND_TIMEOUT,   /* the client did not take a queued response */
-  CLOSE_PEER,           /* EOF or error from the client */
-  CLOSE_NOT_KEEPALIVE,  /* Connection: close, HTTP/1.0 */
-  CLOSE_BAD_REQUEST,    /* an error response (400, 405, 413, 417, 431) */
-  CLOSE_NO_MEMORY,      /* an allocation failed */
-  CLOSE_SHUTDOWN,       /* SIGINT/SIGTERM, http_server_shutdown */
+  CLOSE_SEND_TIMEOUT,  /* the client did not take a queued response */
+  CLOSE_PEER,          /* EOF or error from the client */
+  CLOSE_NOT_KEEPALIVE, /* Connection: close, HTTP/1.0 */
+  CLOSE_BAD_REQUEST,   /* an error response (400, 405, 413, 417, 431) */
+  CLOSE_NO_MEMORY,     /* an allocation failed */
+  CLOSE_SHUTDOWN,      /* SIGINT/SIGTERM, http_server_shutdown */
   CLOSE_REASONS
 };
 
 /* What /stats shows, as numbers. */
 typedef struct http_server_counters_s {
   uint64_t accepted, open, open_peak;
-  uint64_t accept_errors;   /* accept failed (EMFILE...): libuv dropped the connection */
-  uint64_t accept_nomem;    /* no memory for a connection: accept retried later */
-  uint64_t requests;        /* responses written in full */
-  uint64_t received;        /* bytes read from clients */
+  uint64_t accept_errors; /* accept failed (EMFILE...): libuv dropped the connection */
+  uint64_t accept_nomem;  /* no memory for a connection: accept retried later */
+  uint64_t requests;      /* responses written in full */
+  uint64_t received;      /* bytes read from clients */
   uint64_t headers_timeouts, request_timeouts; /* fired: a 408 is sent, then the close */
   uint64_t closed[CLOSE_REASONS];
   uint64_t linger_timeouts; /* lingering closes that ended without the client's EOF */
   uint64_t timers_armed, timers_armed_peak;
-  uint64_t early_fires;     /* timeouts that fired before their deadline */
-  uint64_t late_max_ms;     /* largest now - deadline seen at a timeout */
+  uint64_t early_fires; /* timeouts that fired before their deadline */
+  uint64_t late_max_ms; /* largest now - deadline seen at a timeout */
   uint64_t delay_scheduled, delay_fired, delay_cancelled, delay_failed;
-  uint64_t drain_answered;  /* responses written after the shutdown began */
-  uint64_t drain_dropped;   /* connections with a request in flight closed by the shutdown */
+  uint64_t drain_answered; /* responses written after the shutdown began */
+  uint64_t drain_dropped;  /* connections with a request in flight closed by the shutdown */
   uint64_t buffered, buffered_peak; /* bytes held for connections: kept requests, queued answers */
 } http_server_counters_t;
 
@@ -89,8 +89,8 @@ int http_server_run(uv_loop_t *loop, const http_server_config_t *config,
  * requests in flight within shutdown_grace, then close the wheel. */
 void http_server_shutdown(void);
 
-int http_server_port(void);                          /* the port it listens on */
-uvtw_wheel_t *http_server_wheel(void);               /* NULL once it has shut down */
+int http_server_port(void);            /* the port it listens on */
+uvtw_wheel_t *http_server_wheel(void); /* NULL once it has shut down */
 const http_server_counters_t *http_server_counters(void);
 size_t http_server_format_stats(char *out, size_t size); /* the /stats line, no newline */
 

@@ -109,12 +109,12 @@ static int wait_counter(const uint64_t *counter, uint64_t value, const char *wha
 typedef struct client_s {
   uv_tcp_t tcp;
   uv_connect_t connect_req;
-  int connected; /* 1 once connected; a libuv error if the connect failed */
-  int ended;     /* 1: EOF from the server; a libuv error (UV_ECONNRESET); 0: open */
-  int closed;    /* the handle is closed */
+  int connected;          /* 1 once connected; a libuv error if the connect failed */
+  int ended;              /* 1: EOF from the server; a libuv error (UV_ECONNRESET); 0: open */
+  int closed;             /* the handle is closed */
   uint64_t accept_target; /* the server's accepted counter once it took this one */
-  size_t total;  /* bytes received */
-  size_t len;    /* bytes kept in data */
+  size_t total;           /* bytes received */
+  size_t len;             /* bytes kept in data */
   char data[CLIENT_KEEP + 1];
 } client_t;
 
@@ -168,8 +168,8 @@ static int client_open(client_t *c, int rcvbuf, int reads) {
   c->connect_req.data = c;
   if (rcvbuf > 0)
     uv_recv_buffer_size((uv_handle_t *)&c->tcp, &rcvbuf);
-  if (uv_tcp_connect(&c->connect_req, &c->tcp, (const struct sockaddr *)&addr,
-                     client_on_connect) != 0)
+  if (uv_tcp_connect(&c->connect_req, &c->tcp, (const struct sockaddr *)&addr, client_on_connect) !=
+      0)
     c->connected = -1;
   if (!run_until(client_connected, c, "the connect") || c->connected < 0 ||
       !tap_ok(counters->accepted == c->accept_target, "the server accepted the connection")) {
@@ -485,14 +485,12 @@ static void keepalive_case(const char *T, uint64_t buffer) {
   tap_ok(c.ended == 0, "%s: ... and the client is connected (%s)", T, ended_name(c.ended));
   advance(1);
   EXPECT_U64(counters->closed[CLOSE_KEEPALIVE_TIMEOUT], 1,
-             "%s: closed at exactly %" PRIu64 " ms (keepAliveTimeout 5000 + buffer %" PRIu64
-             ")",
-             T, closes_at, buffer);
+             "%s: closed at exactly %" PRIu64 " ms (keepAliveTimeout 5000 + buffer %" PRIu64 ")", T,
+             closes_at, buffer);
   EXPECT_U64(now() - t1, closes_at, "%s: the wheel's time is the answer + %" PRIu64 " ms", T,
              closes_at);
   run_until(client_has_ended, &c, "the server's close");
-  tap_ok(c.ended == 1, "%s: the client sees a FIN, not a reset (got %s)", T,
-         ended_name(c.ended));
+  tap_ok(c.ended == 1, "%s: the client sees a FIN, not a reset (got %s)", T, ended_name(c.ended));
   EXPECT_I64(count_answers(c.data, NULL), 2, "%s: and no other answer", T);
   client_close(&c);
   server_stop(T, 1);
@@ -553,15 +551,15 @@ static void test_send_timeout(void) {
     strcat(requests, get);
   client_send(&c, requests);
   t0 = now();
-  tap_ok(run_until_stalled() && counters->requests < (uint64_t)n && counters->buffered >= 1024 * 1024,
+  tap_ok(run_until_stalled() && counters->requests < (uint64_t)n &&
+             counters->buffered >= 1024 * 1024,
          "%s: of %d answers of 1 MiB the server wrote %" PRIu64 ", then one stays queued "
          "(server holds %" PRIu64 " bytes)",
          T, n, counters->requests, counters->buffered);
   written = counters->requests;
   advance(30000 - 1);
   settle();
-  EXPECT_U64(counters->closed[CLOSE_SEND_TIMEOUT], 0, "%s: 29 999 ms after it was queued: open",
-             T);
+  EXPECT_U64(counters->closed[CLOSE_SEND_TIMEOUT], 0, "%s: 29 999 ms after it was queued: open", T);
   EXPECT_U64(counters->requests, written, "%s: ... and the answer still waits", T);
   advance(1);
   EXPECT_U64(counters->closed[CLOSE_SEND_TIMEOUT], 1, "%s: closed at exactly 30 000 ms", T);
@@ -606,10 +604,9 @@ static void test_real_clock(void) {
   run_until(client_has_ended, &silent, "the 408");
   silent_ms = (uv_hrtime() - t_connect) / 1000000;
   tap_ok(idle.ended == 1 && idle_ms + 1 >= 100 && idle_ms <= 100 + SLACK_MS,
-         "%s: idle keep-alive closed %" PRIu64 " ms after its answer (100 ms, at most %d late)",
-         T, idle_ms, SLACK_MS);
-  EXPECT_I64(client_answer(&silent, 1), 408,
-             "%s: the silent client gets 408", T);
+         "%s: idle keep-alive closed %" PRIu64 " ms after its answer (100 ms, at most %d late)", T,
+         idle_ms, SLACK_MS);
+  EXPECT_I64(client_answer(&silent, 1), 408, "%s: the silent client gets 408", T);
   tap_ok(silent_ms + 1 >= 200 && silent_ms <= 200 + SLACK_MS,
          "%s: ... %" PRIu64 " ms after the connect (200 ms, at most %d late)", T, silent_ms,
          SLACK_MS);
@@ -618,8 +615,9 @@ static void test_real_clock(void) {
   EXPECT_U64(counters->closed[CLOSE_KEEPALIVE_TIMEOUT], 1, "%s: one keep-alive close", T);
   EXPECT_U64(counters->headers_timeouts, 1, "%s: one headers timeout", T);
   server_stop(T, 0);
-  tap_ok(counters->late_max_ms <= SLACK_MS, "%s: the server saw its timeouts at most %d ms late (%" PRIu64 " ms)", T,
-         SLACK_MS, counters->late_max_ms);
+  tap_ok(counters->late_max_ms <= SLACK_MS,
+         "%s: the server saw its timeouts at most %d ms late (%" PRIu64 " ms)", T, SLACK_MS,
+         counters->late_max_ms);
 }
 
 int main(int argc, char **argv) {

@@ -15,7 +15,7 @@
  * Between advances the test runs the loop (uv_run UV_RUN_ONCE) until what
  * it waits for has happened over the sockets: a client connected, the
  * server has read the bytes sent (its `received` counter), an answer or an
- * EOF has arrived. A 5 s watchdog (a uv_timer_t) bounds each such wait, so
+ * EOF has arrived. A 2 s watchdog (a uv_timer_t) bounds each such wait, so
  * a broken server fails the check instead of hanging the test.
  *
  * The server's own counters give the exact moment: a timeout fires inside
@@ -39,7 +39,7 @@
 #include "http_server.h"
 #include "tap.h"
 
-#define WAIT_MS 5000 /* wall-time bound of every wait for the sockets */
+#define WAIT_MS 2000 /* wall-time bound of every wait for the sockets */
 #define HOST "127.0.0.1"
 
 static uv_loop_t loop;
@@ -158,22 +158,36 @@ static int client_connected(const void *arg) {
 /* Connects to the server and waits until it has accepted. `rcvbuf`, if not
  * 0, is the client's receive buffer (small: a client that does not read
  * stalls the server's answer sooner). `reads`: the client reads what comes. */
+static void client_close(client_t *c);
+
 static int client_open(client_t *c, int rcvbuf, int reads) {
   struct sockaddr_in addr;
+  int r;
   memset(c, 0, sizeof *c);
   c->accept_target = counters->accepted + 1;
   uv_ip4_addr(HOST, http_server_port(), &addr);
-  uv_tcp_init_ex(&loop, &c->tcp, AF_INET);
+  r = uv_tcp_init_ex(&loop, &c->tcp, AF_INET);
+  if (r != 0) {
+    tap_ok(0, "a client connects: uv_tcp_init_ex: %s", uv_strerror(r));
+    c->closed = 1;
+    return 0;
+  }
   c->tcp.data = c;
   c->connect_req.data = c;
   if (rcvbuf > 0)
     uv_recv_buffer_size((uv_handle_t *)&c->tcp, &rcvbuf);
-  if (uv_tcp_connect(&c->connect_req, &c->tcp, (const struct sockaddr *)&addr, client_on_connect) !=
-      0)
-    c->connected = -1;
-  if (!run_until(client_connected, c, "the connect") || c->connected < 0 ||
-      !tap_ok(counters->accepted == c->accept_target, "the server accepted the connection")) {
-    tap_diag("  connect: %s", c->connected < 0 ? uv_strerror(c->connected) : "pending");
+  r = uv_tcp_connect(&c->connect_req, &c->tcp, (const struct sockaddr *)&addr, client_on_connect);
+  if (r != 0)
+    c->connected = r;
+  run_until(client_connected, c, "the connect");
+  if (!tap_ok(c->connected == 1 && counters->accepted == c->accept_target,
+              "a client connects and the server accepts it")) {
+    tap_diag("  connect: %s; the server accepted %" PRIu64 ", expected %" PRIu64,
+             c->connected == 1   ? "done"
+             : c->connected == 0 ? "pending"
+                                 : uv_strerror(c->connected),
+             counters->accepted, c->accept_target);
+    client_close(c);
     return 0;
   }
   if (reads)
@@ -260,6 +274,11 @@ static const char *ended_name(int ended) {
 
 /* ---- The server ------------------------------------------------------------- */
 
+static int server_is_down(const void *arg) {
+  (void)arg;
+  return http_server_wheel() == NULL;
+}
+
 /* Starts the server on this loop with Node's default timeouts, changed by
  * `config` if not NULL, on a wheel with a manual clock (or the loop's). */
 static int server_start(const http_server_config_t *config, int manual) {
@@ -276,14 +295,13 @@ static int server_start(const http_server_config_t *config, int manual) {
   wheel = http_server_wheel();
   counters = http_server_counters();
   if (!tap_ok(r == 0 && wheel != NULL, "server started on 127.0.0.1:%d (%s clock)",
-              http_server_port(), manual ? "manual" : "the loop's"))
+              http_server_port(), manual ? "manual" : "the loop's")) {
     tap_diag("  http_server_start: %s", r != 0 ? uv_strerror(r) : "no wheel");
-  return r == 0 && wheel != NULL;
-}
-
-static int server_is_down(const void *arg) {
-  (void)arg;
-  return http_server_wheel() == NULL;
+    if (http_server_wheel() != NULL) /* it listens on nothing and is shutting down */
+      run_until(server_is_down, NULL, "the server to shut down");
+    return 0;
+  }
+  return 1;
 }
 
 /* Checks the server never fired early or late, then shuts it down and
@@ -301,6 +319,18 @@ static void server_stop(const char *T, int exact) {
          "%s: the server shut down and closed its wheel", T);
 }
 
+/* Starts the server (manual clock) and connects one client to it. */
+static int setup(const char *T, const http_server_config_t *config, client_t *c, int rcvbuf,
+                 int reads) {
+  if (!server_start(config, 1))
+    return 0;
+  if (!client_open(c, rcvbuf, reads)) {
+    server_stop(T, 0);
+    return 0;
+  }
+  return 1;
+}
+
 static uint64_t now(void) {
   return uvtw_wheel_now(wheel);
 }
@@ -314,7 +344,7 @@ static void test_headers_timeout(void) {
   const char *T = "headers_timeout";
   client_t c;
   uint64_t t0;
-  if (!server_start(NULL, 1) || !client_open(&c, 0, 1))
+  if (!setup(T, NULL, &c, 0, 1))
     return;
   t0 = now();
   advance(60000 - 1);
@@ -348,7 +378,7 @@ static void test_headers_timeout_slowloris(void) {
   client_t c;
   uint64_t t0;
   int sent = 1;
-  if (!server_start(NULL, 1) || !client_open(&c, 0, 1))
+  if (!setup(T, NULL, &c, 0, 1))
     return;
   t0 = now();
   sent = client_send(&c, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n");
@@ -377,7 +407,7 @@ static void test_headers_timeout_slowloris(void) {
 static void test_headers_in_time(void) {
   const char *T = "headers_in_time";
   client_t c;
-  if (!server_start(NULL, 1) || !client_open(&c, 0, 1))
+  if (!setup(T, NULL, &c, 0, 1))
     return;
   advance(60000 - 1);
   client_send(&c, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
@@ -397,7 +427,7 @@ static void test_headers_timeout_next_request(void) {
   const char *T = "headers_timeout_next_request";
   client_t c;
   uint64_t t1;
-  if (!server_start(NULL, 1) || !client_open(&c, 0, 1))
+  if (!setup(T, NULL, &c, 0, 1))
     return;
   client_send(&c, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   EXPECT_I64(client_answer(&c, 1), 200, "%s: the first request gets 200", T);
@@ -426,7 +456,7 @@ static void test_request_timeout(void) {
   const char *T = "request_timeout";
   client_t c;
   uint64_t t0;
-  if (!server_start(NULL, 1) || !client_open(&c, 0, 1))
+  if (!setup(T, NULL, &c, 0, 1))
     return;
   t0 = now();
   advance(1000);
@@ -464,7 +494,7 @@ static void keepalive_case(const char *T, uint64_t buffer) {
   uint64_t t1;
   http_server_config_init(&config);
   config.keep_alive_timeout_buffer = buffer;
-  if (!server_start(&config, 1) || !client_open(&c, 0, 1))
+  if (!setup(T, &config, &c, 0, 1))
     return;
   client_send(&c, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   EXPECT_I64(client_answer(&c, 1), 200, "%s: the first request gets 200", T);
@@ -544,7 +574,7 @@ static void test_send_timeout(void) {
   int n = stalling_answers();
   client_t c;
   uint64_t t0, written;
-  if (!server_start(NULL, 1) || !client_open(&c, 4096, 0))
+  if (!setup(T, NULL, &c, 4096, 0))
     return;
   requests[0] = '\0';
   for (int i = 0; i < n; i++)
@@ -594,8 +624,15 @@ static void test_real_clock(void) {
   if (!server_start(&config, 0))
     return;
   t_connect = uv_hrtime();
-  if (!client_open(&silent, 0, 1) || !client_open(&idle, 0, 1))
+  if (!client_open(&silent, 0, 1)) {
+    server_stop(T, 0);
     return;
+  }
+  if (!client_open(&idle, 0, 1)) {
+    client_close(&silent);
+    server_stop(T, 0);
+    return;
+  }
   client_send(&idle, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   EXPECT_I64(client_answer(&idle, 1), 200, "%s: the idle client's request gets 200", T);
   t_answer = uv_hrtime();

@@ -74,7 +74,7 @@ uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms) {
 }
 
 static inline uint64_t ticks_down(const uvtw_wheel_t *w, uint64_t ms) {
-  return w->tick_ms == 1 ? ms : ms / w->tick_ms;
+  return ms / w->tick_ms;
 }
 
 static inline uint64_t ms_of(const uvtw_wheel_t *w, uint64_t ticks) {
@@ -141,12 +141,12 @@ static void count_out(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
  * must wait for the next phase like a uv_timer_t started now: the pass's
  * own collection is made before it is filed, and the uv_timer_t is left
  * where it is, so it still runs in this phase. */
-static void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline, uint64_t now) {
+static void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
   bool outside = !w->in_pass && !w->manual; /* a filing that may arm */
   if (w->wheel.count == 0) {
-    uvtw__wheel_expire(&w->wheel, now); /* catch up: file it low */
-  } else if (outside && deadline <= now && !w->collected && pass_collected(w)) {
-    uvtw__wheel_expire(&w->wheel, now);
+    uvtw__wheel_expire(&w->wheel, clock_ticks(w)); /* catch up: file it low */
+  } else if (outside && !w->collected && pass_collected(w) && deadline <= clock_ticks(w)) {
+    uvtw__wheel_expire(&w->wheel, clock_ticks(w));
     w->collected = true;
   }
   uvtw__wheel_insert(&w->wheel, node_of(entry), deadline);
@@ -156,7 +156,7 @@ static void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline, uint64
 
 void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
   count_in(w, entry);
-  file(w, entry, deadline, clock_ticks(w));
+  file(w, entry, deadline);
 }
 
 void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
@@ -415,14 +415,13 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   uvtw_wheel_t *w = wheel_of(timer);
   if (w->closing)
     return UV_ECANCELED;
-  uint64_t now = uvtw__clock_ms(w);
-  uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(now, timeout));
+  uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(uvtw__clock_ms(w), timeout));
   timer->cb_ = cb;
   timer->repeat_ = repeat;
   w->stats.started++;
   if (!wheel_node_linked(node_of(timer))) {
     count_in(w, timer);
-    file(w, timer, deadline, ticks_down(w, now));
+    file(w, timer, deadline);
     return 0;
   }
   /* A restart: the entry stays counted as pending. Pushed later, it may
@@ -430,7 +429,7 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   w->stats.stopped++;
   if (!uvtw__wheel_postpone(&w->wheel, node_of(timer), deadline)) {
     uvtw__wheel_remove(&w->wheel, node_of(timer));
-    file(w, timer, deadline, ticks_down(w, now));
+    file(w, timer, deadline);
   }
   return 0;
 }

@@ -605,6 +605,35 @@ static void test_send_timeout(void) {
   server_stop(T, 1);
 }
 
+/* ---- shutdown grace ---------------------------------------------------------------- */
+
+/* A request in flight at the shutdown has shutdown_grace (10 s) to be
+ * answered: a /delay answer due in an hour (a task a worker thread put on
+ * the wheel) is dropped, and its task cancelled, at exactly 10 000 ms. */
+static void test_shutdown_grace(void) {
+  const char *T = "shutdown_grace";
+  client_t c;
+  if (!setup(T, NULL, &c, 0, 1))
+    return;
+  client_send(&c, "GET /delay?ms=3600000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  tap_ok(wait_counter(&counters->delay_scheduled, 1, "the worker to schedule the answer"),
+         "%s: a worker thread scheduled the answer on the wheel", T);
+  http_server_shutdown();
+  advance(10000 - 1);
+  EXPECT_U64(counters->drain_dropped, 0, "%s: 9 999 ms after the shutdown: still in flight", T);
+  EXPECT_U64(counters->open, 1, "%s: ... and its connection open", T);
+  advance(1);
+  EXPECT_U64(counters->drain_dropped, 1, "%s: dropped at exactly 10 000 ms", T);
+  EXPECT_U64(counters->delay_cancelled, 1, "%s: ... and its task on the wheel cancelled", T);
+  run_until(client_has_ended, &c, "the close to reach the client");
+  tap_ok(c.ended != 0 && c.total == 0, "%s: the client sees the close, no answer (%s)", T,
+         ended_name(c.ended));
+  client_close(&c);
+  tap_ok(run_until(server_is_down, NULL, "the server to shut down"),
+         "%s: then the server closes its wheel", T);
+  server_stop(T, 1);
+}
+
 /* ---- The loop's clock ---------------------------------------------------------------- */
 
 /* The same server on a wheel on the loop's clock, with short timeouts: an
@@ -667,6 +696,7 @@ int main(int argc, char **argv) {
       TAP_CASE(keepalive_timeout),
       TAP_CASE(keepalive_timeout_no_buffer),
       TAP_CASE(send_timeout),
+      TAP_CASE(shutdown_grace),
       TAP_CASE(real_clock),
   };
   uint64_t t0 = uv_hrtime();

@@ -340,8 +340,8 @@ static uint64_t now(void) {
 /* A connection that sends nothing gets 408 at exactly headersTimeout after
  * the accept; the server then lingers LINGER_MS (2 s) for the client's EOF
  * and closes at exactly that. */
-static void test_headers_timeout(void) {
-  const char *T = "headers_timeout";
+static void test_headers_timeout_silent(void) {
+  const char *T = "headers_timeout_silent";
   client_t c;
   uint64_t t0;
   if (!setup(T, NULL, &c, 0, 1))
@@ -526,8 +526,8 @@ static void keepalive_case(const char *T, uint64_t buffer) {
   server_stop(T, 1);
 }
 
-static void test_keepalive_timeout(void) {
-  keepalive_case("keepalive_timeout", 1000);
+static void test_keepalive_timeout_default_buffer(void) {
+  keepalive_case("keepalive_timeout_default_buffer", 1000);
 }
 
 static void test_keepalive_timeout_no_buffer(void) {
@@ -688,12 +688,12 @@ static void test_real_clock(void) {
 
 int main(int argc, char **argv) {
   static const tap_case_t cases[] = {
-      TAP_CASE(headers_timeout),
+      TAP_CASE(headers_timeout_silent),
       TAP_CASE(headers_timeout_slowloris),
       TAP_CASE(headers_in_time),
       TAP_CASE(headers_timeout_next_request),
       TAP_CASE(request_timeout),
-      TAP_CASE(keepalive_timeout),
+      TAP_CASE(keepalive_timeout_default_buffer),
       TAP_CASE(keepalive_timeout_no_buffer),
       TAP_CASE(send_timeout),
       TAP_CASE(shutdown_grace),

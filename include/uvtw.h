@@ -35,10 +35,10 @@
  * translation unit chose no feature set lets `cc -std=c11 -pedantic` with
  * pkg-config's flags compile; it must come before the first system header.
  * Outside strict mode the compiler's default (_DEFAULT_SOURCE) already has it. */
-#if defined(__STRICT_ANSI__) && !defined(_WIN32) && !defined(_POSIX_C_SOURCE) && \
+#if defined(__STRICT_ANSI__) && !defined(_WIN32) && !defined(_POSIX_C_SOURCE) &&                   \
     !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE)
 #if defined(_FEATURES_H)
-#error "uvtw.h (uv.h) needs POSIX: include uvtw.h before other headers or define _POSIX_C_SOURCE=200809L"
+#error "uv.h needs POSIX: include uvtw.h before system headers, or define _POSIX_C_SOURCE"
 #endif
 #define _POSIX_C_SOURCE 200809L
 #endif

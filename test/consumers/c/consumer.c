@@ -11,8 +11,12 @@
 /* Names the library used to export; a program may define its own now. */
 int wheel_init(void);
 int mpsc_push(void);
-int wheel_init(void) { return 1; }
-int mpsc_push(void) { return 1; }
+int wheel_init(void) {
+  return 1;
+}
+int mpsc_push(void) {
+  return 1;
+}
 
 static int timer_fired, task_status = -1;
 
@@ -40,8 +44,7 @@ int main(void) {
 
   snprintf(version, sizeof version, "%d.%d.%d", UVTW_VERSION_MAJOR, UVTW_VERSION_MINOR,
            UVTW_VERSION_PATCH);
-  printf("uvtw %s (header %s), libuv %s\n", uvtw_version_string(), version,
-         uv_version_string());
+  printf("uvtw %s (header %s), libuv %s\n", uvtw_version_string(), version, uv_version_string());
   failed += check(strcmp(version, uvtw_version_string()) == 0,
                   "the header's version macros name the library's version");
 

@@ -9,7 +9,9 @@ namespace {
 
 int fired = 0;
 
-void on_timer(uvtw_timer_t *) { fired++; }
+void on_timer(uvtw_timer_t *) {
+  fired++;
+}
 
 } // namespace
 

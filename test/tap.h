@@ -26,9 +26,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One count for the whole program, whichever of its files make checks. */
-__attribute__((weak)) int tap_count_;
-__attribute__((weak)) int tap_failed_;
+/* One count for the whole program, whichever of its files make checks: in a
+ * weak function, not weak variables, which MinGW's linker lays over other
+ * zero-initialized data. */
+__attribute__((weak)) int *tap_counts_(void) {
+  static int counts[2];
+  return counts;
+}
+#define tap_count_ (tap_counts_()[0])
+#define tap_failed_ (tap_counts_()[1])
+
+/* MinGW checks `printf` formats against the Windows C runtime's printf; the
+ * build asks for C99's (__USE_MINGW_ANSI_STDIO), which this names. */
+#ifdef __MINGW_PRINTF_FORMAT
+#define TAP_PRINTF __MINGW_PRINTF_FORMAT
+#else
+#define TAP_PRINTF printf
+#endif
 
 static void tap_vok_(int cond, const char *fmt, va_list ap) {
   tap_count_++;
@@ -41,7 +55,7 @@ static void tap_vok_(int cond, const char *fmt, va_list ap) {
 }
 
 /* Records one check. `fmt` names the behaviour proven. Returns cond. */
-static int tap_ok(int cond, const char *fmt, ...) __attribute__((format(printf, 2, 3), unused));
+static int tap_ok(int cond, const char *fmt, ...) __attribute__((format(TAP_PRINTF, 2, 3), unused));
 static int tap_ok(int cond, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -51,7 +65,7 @@ static int tap_ok(int cond, const char *fmt, ...) {
 }
 
 /* A diagnostic line (shown by TAP consumers, not counted). */
-static void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2), unused));
+static void tap_diag(const char *fmt, ...) __attribute__((format(TAP_PRINTF, 1, 2), unused));
 static void tap_diag(const char *fmt, ...) {
   va_list ap;
   printf("# ");
@@ -80,7 +94,7 @@ static const char *tap_err_name_(int err) {
 }
 
 static int tap_eq_u64_(const char *file, int line, uint64_t got, uint64_t want, const char *fmt,
-                       ...) __attribute__((format(printf, 5, 6), unused));
+                       ...) __attribute__((format(TAP_PRINTF, 5, 6), unused));
 static int tap_eq_u64_(const char *file, int line, uint64_t got, uint64_t want, const char *fmt,
                        ...) {
   va_list ap;
@@ -93,7 +107,7 @@ static int tap_eq_u64_(const char *file, int line, uint64_t got, uint64_t want, 
 }
 
 static int tap_eq_i64_(const char *file, int line, int64_t got, int64_t want, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6), unused));
+    __attribute__((format(TAP_PRINTF, 5, 6), unused));
 static int tap_eq_i64_(const char *file, int line, int64_t got, int64_t want, const char *fmt,
                        ...) {
   va_list ap;
@@ -106,7 +120,7 @@ static int tap_eq_i64_(const char *file, int line, int64_t got, int64_t want, co
 }
 
 static int tap_eq_err_(const char *file, int line, int got, int want, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6), unused));
+    __attribute__((format(TAP_PRINTF, 5, 6), unused));
 static int tap_eq_err_(const char *file, int line, int got, int want, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -13,6 +13,12 @@
 
 #include "fixture.h"
 
+/* rand_r is POSIX, not in MinGW: a per-thread LCG spreads the timeouts. */
+static unsigned next_random(unsigned *state) {
+  *state = *state * 1103515245u + 12345u;
+  return (*state >> 16) & 0x7fff;
+}
+
 /* ---- A close callback that records what it saw ------------------------------ */
 
 typedef struct close_rec_s {
@@ -456,7 +462,7 @@ static void *produce(void *p) {
     task_arg_t *arg = calloc(1, sizeof *arg);
     bool with_ticket = i % 2 == 0;
     uvtw_ticket_t *ticket = NULL;
-    int r = uvtw_schedule(wheel, (uint64_t)(rand_r(&seed) % 200), oc_task_cb, arg,
+    int r = uvtw_schedule(wheel, (uint64_t)(next_random(&seed) % 200), oc_task_cb, arg,
                           with_ticket ? &ticket : NULL);
     if (r != 0) {
       free(arg);

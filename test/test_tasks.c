@@ -53,7 +53,7 @@ static uv_mutex_t notes_mutex;
 static char notes[MAX_NOTES][200];
 static int notes_count;
 
-static void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void note(const char *fmt, ...) __attribute__((format(TAP_PRINTF, 1, 2)));
 static void note(const char *fmt, ...) {
   va_list ap;
   uv_mutex_lock(&notes_mutex);

@@ -496,7 +496,7 @@ static void test_huge_timeouts(void) {
   fx_t f;
   aux_t stopper, watch;
   uvtw_stats_t s;
-  uint64_t far = (uint64_t)INT64_MAX + 1000;
+  uint64_t beyond_int64 = (uint64_t)INT64_MAX + 1000;
 
   if (!fx_open(&f, T, NULL))
     return;
@@ -515,7 +515,7 @@ static void test_huge_timeouts(void) {
   if (!tap_ok(uvtw_timer_get_due_in(&huge_a.timer) >= (uint64_t)INT64_MAX,
               "get_due_in of a saturated timer is huge (>= INT64_MAX)"))
     tap_diag("  got %" PRIu64, uvtw_timer_get_due_in(&huge_a.timer));
-  EXPECT_ERR(uvtw_timer_start(&huge_b.timer, probe_cb, far, 0), 0,
+  EXPECT_ERR(uvtw_timer_start(&huge_b.timer, probe_cb, beyond_int64, 0), 0,
              "start with timeout INT64_MAX + 1000 returns 0");
   huge_b.deadline = UINT64_MAX;
   EXPECT_I64(uvtw_wheel_next_due(huge_wheel), INT64_MAX,

@@ -53,6 +53,10 @@ static inline wheel_node_t *node_of(uvtw_timer_t *timer) {
   return (wheel_node_t *)(void *)&timer->node_;
 }
 
+static inline const wheel_node_t *const_node_of(const uvtw_timer_t *timer) {
+  return (const wheel_node_t *)(const void *)&timer->node_;
+}
+
 static inline uvtw_timer_t *timer_of(wheel_node_t *node) {
   return container_of(node, uvtw_timer_t, node_);
 }
@@ -143,11 +147,11 @@ static void count_out(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
  * where it is, so it still runs in this phase. */
 static void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
   bool outside = !w->in_pass && !w->manual; /* a filing that may arm */
-  if (w->wheel.count == 0) {
-    uvtw__wheel_expire(&w->wheel, clock_ticks(w)); /* catch up: file it low */
-  } else if (outside && !w->collected && pass_collected(w) && deadline <= clock_ticks(w)) {
+  if (outside && !w->collected && pass_collected(w) && deadline <= clock_ticks(w)) {
     uvtw__wheel_expire(&w->wheel, clock_ticks(w));
     w->collected = true;
+  } else if (w->wheel.count == 0) {
+    uvtw__wheel_expire(&w->wheel, clock_ticks(w)); /* catch up: file it low */
   }
   uvtw__wheel_insert(&w->wheel, node_of(entry), deadline);
   if (outside && (!w->armed || node_of(entry)->deadline < w->armed_at) && !pass_collected(w))
@@ -463,13 +467,13 @@ uint64_t uvtw_timer_get_repeat(const uvtw_timer_t *timer) {
 uint64_t uvtw_timer_get_due_in(const uvtw_timer_t *timer) {
   if (!uvtw_timer_is_active(timer))
     return 0;
-  uint64_t due = ms_of(wheel_of(timer), timer->node_.deadline_);
+  uint64_t due = ms_of(wheel_of(timer), const_node_of(timer)->deadline);
   uint64_t now = uvtw__clock_ms(wheel_of(timer));
   return due > now ? due - now : 0;
 }
 
 int uvtw_timer_is_active(const uvtw_timer_t *timer) {
-  return timer->node_.link_[0] != NULL;
+  return wheel_node_linked(const_node_of(timer));
 }
 
 void uvtw_timer_ref(uvtw_timer_t *timer) {

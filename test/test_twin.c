@@ -514,6 +514,60 @@ static void twin_from(start_from_t from, const char *T) {
   eq_finish(&f);
 }
 
+/* The wheel's only timer restarted with 0 from a uv_timer_t callback, in the
+ * timer phase in which the wheel's own uv_timer_t is due too: it runs in the
+ * iteration of a uv_timer_t twin restarted beside it (on libuv >= 1.48, which
+ * collects due timers first, the next one; before, the same one). */
+static struct {
+  fx_t *f;
+  uv_timer_t x, twin;
+  uvtw_timer_t w;
+  uint64_t w_iter, twin_iter;
+  int w_fires, twin_fires;
+} rc;
+
+static void rc_w_cb(uvtw_timer_t *timer) {
+  (void)timer;
+  rc.w_fires++;
+  rc.w_iter = rc.f->iter;
+}
+
+static void rc_twin_cb(uv_timer_t *handle) {
+  (void)handle;
+  rc.twin_fires++;
+  rc.twin_iter = rc.f->iter;
+}
+
+static void rc_x_cb(uv_timer_t *handle) {
+  (void)handle;
+  uvtw_timer_start(&rc.w, rc_w_cb, 0, 0);
+  uv_timer_start(&rc.twin, rc_twin_cb, 0, 0);
+}
+
+static void test_twin_restart_only_timer(void) {
+  const char *T = "the only wheel timer restarted with 0 from a uv_timer_t due beside it";
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(&rc, 0, sizeof rc);
+  rc.f = &f;
+  uv_timer_init(&f.loop, &rc.x);
+  uv_timer_init(&f.loop, &rc.twin);
+  uvtw_timer_init(f.wheel, &rc.w);
+  uv_update_time(&f.loop);
+  /* x first: libuv runs it before the wheel's uv_timer_t, all due at once. */
+  uv_timer_start(&rc.x, rc_x_cb, 5, 0);
+  uvtw_timer_start(&rc.w, rc_w_cb, 5, 0);
+  uv_timer_start(&rc.twin, rc_twin_cb, 5, 0);
+  EXPECT_I64(uv_run(&f.loop, UV_RUN_DEFAULT), 0, "%s: uv_run(DEFAULT) returns 0", T);
+  EXPECT_U64(rc.w_fires, 1, "%s: the wheel timer ran once", T);
+  EXPECT_U64(rc.twin_fires, 1, "%s: its uv_timer_t twin ran once", T);
+  EXPECT_U64(rc.w_iter, rc.twin_iter, "%s: both ran in the same loop iteration", T);
+  fx_close_handle(&rc.x);
+  fx_close_handle(&rc.twin);
+  fx_close(&f);
+}
+
 static void test_twin_from_top(void) {
   twin_from(FROM_TOP, "twins started from the top level");
 }
@@ -700,6 +754,7 @@ static const tap_case_t cases[] = {
     TAP_CASE(twin_thousands),
     TAP_CASE(twin_staggered),
     TAP_CASE(twin_across_levels),
+    TAP_CASE(twin_restart_only_timer),
     TAP_CASE(twin_from_top),
     TAP_CASE(twin_from_timer_cb),
     TAP_CASE(twin_from_check_cb),

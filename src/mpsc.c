@@ -16,8 +16,6 @@ bool uvtw__mpsc_push(mpsc_t *q, mpsc_node_t *node) {
 }
 
 mpsc_node_t *uvtw__mpsc_take_all(mpsc_t *q) {
-  if (atomic_load_explicit(&q->top, memory_order_relaxed) == NULL)
-    return NULL;
   mpsc_node_t *newest = atomic_exchange_explicit(&q->top, NULL, memory_order_acquire);
   mpsc_node_t *oldest = NULL;
   while (newest != NULL) { /* reverse: oldest first */

@@ -51,7 +51,9 @@ struct uvtw_shared_s {
   _Atomic uint32_t pending; /* tasks neither run nor cancelled */
   _Atomic uint64_t gate;    /* bit 0: closed; the rest: twice the threads inside */
   _Atomic uint64_t cancels_won;
-  _Atomic uint64_t cancelled_linked;
+  /* Cancelled by another thread, not yet unlinked; the loop may count a
+   * task out before its canceller counts it in, so it can dip below 0. */
+  _Atomic int64_t cancelled_linked;
 };
 
 struct uvtw_ticket_s {
@@ -87,7 +89,8 @@ void uvtw__shared_release(uvtw_shared_t *sh) {
 }
 
 void uvtw__tasks_stats(const uvtw_wheel_t *w, uvtw_stats_t *out) {
-  out->active -= atomic_load(&w->shared->cancelled_linked);
+  int64_t cancelled = atomic_load(&w->shared->cancelled_linked);
+  out->active -= cancelled > 0 ? (uint64_t)cancelled : 0;
   out->stopped += atomic_load(&w->shared->cancels_won);
 }
 

@@ -7,6 +7,7 @@
  * when the pass begins runs, seeing uvtw_wheel_now() == T. An entry made
  * due during a pass waits for the next pass: the same call's pass at T + 1
  * if the call goes that far, else the next call. */
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -670,6 +671,110 @@ static uint64_t model_schedule(uvtw_wheel_t *wheel, model_t *m) {
   return last;
 }
 
+/* ---- the model test under the manual clock --------------------------------
+ * Random starts, restarts, stops, advances and advance_next calls on a
+ * manual wheel, against a reference that orders pending timers by
+ * (deadline, start order): every callback must be the reference's next due
+ * timer and see uvtw_wheel_now() equal to its deadline; after every call,
+ * nothing due is left and the counts agree. */
+enum { MM_TIMERS = 200, MM_STEPS = 200000 };
+
+static struct {
+  uvtw_timer_t timer[MM_TIMERS];
+  bool pending[MM_TIMERS];
+  uint64_t deadline[MM_TIMERS], seq[MM_TIMERS];
+  uint64_t next_seq, limit, fired, pending_count;
+  int wrong_timer, wrong_now;
+  uvtw_wheel_t *wheel;
+} mm;
+
+/* The reference's next timer due by `limit`, or -1. */
+static int mm_first_due(uint64_t limit) {
+  int best = -1;
+  for (int i = 0; i < MM_TIMERS; i++)
+    if (mm.pending[i] && mm.deadline[i] <= limit &&
+        (best < 0 || mm.deadline[i] < mm.deadline[best] ||
+         (mm.deadline[i] == mm.deadline[best] && mm.seq[i] < mm.seq[best])))
+      best = i;
+  return best;
+}
+
+static void mm_cb(uvtw_timer_t *timer) {
+  int i = (int)(uintptr_t)timer->data;
+  if (mm_first_due(mm.limit) != i)
+    mm.wrong_timer++;
+  if (uvtw_wheel_now(mm.wheel) != mm.deadline[i])
+    mm.wrong_now++;
+  mm.pending[i] = false;
+  mm.pending_count--;
+  mm.fired++;
+}
+
+static uint64_t mm_earliest(void) {
+  uint64_t earliest = UINT64_MAX;
+  for (int i = 0; i < MM_TIMERS; i++)
+    if (mm.pending[i] && mm.deadline[i] < earliest)
+      earliest = mm.deadline[i];
+  return earliest;
+}
+
+static void test_manual_model(void) {
+  const char *T = "manual model";
+  uvtw_options_t opts = {0, 0, 1};
+  fx_t f;
+  int after_bad = 0, count_bad = 0, next_bad = 0;
+  if (!fx_open(&f, T, &opts))
+    return;
+  memset(&mm, 0, sizeof mm);
+  mm.wheel = f.wheel;
+  for (int i = 0; i < MM_TIMERS; i++) {
+    uvtw_timer_init(f.wheel, &mm.timer[i]);
+    mm.timer[i].data = (void *)(uintptr_t)i;
+  }
+  for (int step = 0; step < MM_STEPS; step++) {
+    int i = (int)fx_rng_below(MM_TIMERS);
+    uint64_t op = fx_rng_below(100), now = uvtw_wheel_now(f.wheel);
+    if (op < 45) { /* start or restart, on any level */
+      uint64_t timeout = op < 30 ? fx_rng_below(70) : fx_rng_below((uint64_t)1 << fx_rng_below(24));
+      if (uvtw_timer_start(&mm.timer[i], mm_cb, timeout, 0) != 0)
+        count_bad++;
+      mm.pending_count += !mm.pending[i];
+      mm.pending[i] = true;
+      mm.deadline[i] = now + timeout;
+      mm.seq[i] = mm.next_seq++;
+    } else if (op < 65) {
+      uvtw_timer_stop(&mm.timer[i]);
+      mm.pending_count -= mm.pending[i];
+      mm.pending[i] = false;
+    } else if (op < 90) { /* time passes: a little, or far */
+      uint64_t ms = op < 85 ? fx_rng_below(50) : fx_rng_below(500000);
+      mm.limit = now + ms;
+      if (uvtw_wheel_advance(f.wheel, ms) != 0 || uvtw_wheel_now(f.wheel) != mm.limit)
+        count_bad++;
+    } else {
+      uint64_t earliest = mm_earliest();
+      mm.limit = earliest < now ? now : earliest;
+      int64_t moved = uvtw_wheel_advance_next(f.wheel);
+      if (earliest == UINT64_MAX ? moved != UV_EAGAIN : moved != (int64_t)(mm.limit - now))
+        next_bad++;
+    }
+    if (mm_first_due(uvtw_wheel_now(f.wheel)) >= 0 && op >= 65)
+      after_bad++; /* an advance left something due */
+    if (fx_stats(f.wheel).active != mm.pending_count)
+      count_bad++;
+  }
+  tap_diag("%s: %d steps, %" PRIu64 " fired", T, MM_STEPS, mm.fired);
+  EXPECT_U64(mm.wrong_timer, 0, "%s: every callback is the reference's next due timer", T);
+  EXPECT_U64(mm.wrong_now, 0, "%s: every callback sees uvtw_wheel_now() equal to its deadline", T);
+  EXPECT_U64(after_bad, 0, "%s: no advance leaves a due timer behind", T);
+  EXPECT_U64(next_bad, 0, "%s: advance_next moves to the earliest deadline (UV_EAGAIN if none)", T);
+  EXPECT_U64(count_bad, 0, "%s: calls succeed, the clock lands on its target, active matches", T);
+  tap_ok(mm.fired > 1000, "%s: the run fired timers (%" PRIu64 ")", T, mm.fired);
+  for (int i = 0; i < MM_TIMERS; i++)
+    uvtw_timer_stop(&mm.timer[i]);
+  fx_close(&f);
+}
+
 static void test_manual_matches_real_clock(void) {
   const char *T = "manual clock against the real clock";
   fx_t f;
@@ -718,6 +823,7 @@ static const tap_case_t cases[] = {
     TAP_CASE(manual_loop_never_alive),
     TAP_CASE(manual_idle_timeout_30s),
     TAP_CASE(manual_matches_real_clock),
+    TAP_CASE(manual_model),
 };
 
 FX_MAIN(cases)

@@ -139,28 +139,30 @@ static void count_out(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
     update_refs(w);
 }
 
-/* Files a node in no list. Outside a pass, arms the uv_timer_t if the
- * entry may be the earliest (a pass arms once, when it ends). While the
- * uv_timer_t waits in libuv's collected list (pass_collected), a due entry
- * must wait for the next phase like a uv_timer_t started now: the pass's
- * own collection is made before it is filed, and the uv_timer_t is left
- * where it is, so it still runs in this phase. */
-static void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
-  bool outside = !w->in_pass && !w->manual; /* a filing that may arm */
-  if (outside && !w->collected && pass_collected(w) && deadline <= clock_ticks(w)) {
-    uvtw__wheel_expire(&w->wheel, clock_ticks(w));
+/* Files a node in no list at `deadline` (ticks) when the clock reads
+ * `now_ms`. Outside a pass, arms the uv_timer_t if the entry may be the
+ * earliest (a pass arms once, when it ends). While the uv_timer_t waits in
+ * libuv's collected list (pass_collected), a due entry must wait for the
+ * next phase like a uv_timer_t started now: the pass's own collection is
+ * made before it is filed, and the uv_timer_t is left where it is, so it
+ * still runs in this phase. The cheap tests come first: this is every
+ * start's path. */
+static void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline, uint64_t now_ms) {
+  bool collect = ms_of(w, deadline) <= now_ms && !w->in_pass && !w->manual && !w->collected &&
+                 pass_collected(w);
+  if (collect || w->wheel.count == 0) /* an empty wheel catches up: file it low */
+    uvtw__wheel_expire(&w->wheel, ticks_down(w, now_ms));
+  if (collect)
     w->collected = true;
-  } else if (w->wheel.count == 0) {
-    uvtw__wheel_expire(&w->wheel, clock_ticks(w)); /* catch up: file it low */
-  }
   uvtw__wheel_insert(&w->wheel, node_of(entry), deadline);
-  if (outside && (!w->armed || node_of(entry)->deadline < w->armed_at) && !pass_collected(w))
+  if ((!w->armed || node_of(entry)->deadline < w->armed_at) && !w->in_pass && !w->manual &&
+      !pass_collected(w))
     arm(w, uvtw__wheel_next_deadline(&w->wheel));
 }
 
 void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
   count_in(w, entry);
-  file(w, entry, deadline);
+  file(w, entry, deadline, uvtw__clock_ms(w));
 }
 
 void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
@@ -419,22 +421,22 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   uvtw_wheel_t *w = wheel_of(timer);
   if (w->closing)
     return UV_ECANCELED;
-  uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(uvtw__clock_ms(w), timeout));
+  uint64_t now = uvtw__clock_ms(w);
+  uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(now, timeout));
   timer->cb_ = cb;
   timer->repeat_ = repeat;
   w->stats.started++;
   if (!wheel_node_linked(node_of(timer))) {
     count_in(w, timer);
-    file(w, timer, deadline);
-    return 0;
-  }
-  /* A restart: the entry stays counted as pending. Pushed later, it may
-   * stay where it is, and the earliest deadline cannot move earlier. */
-  w->stats.stopped++;
-  if (!uvtw__wheel_postpone(&w->wheel, node_of(timer), deadline)) {
+  } else {
+    /* A restart: the entry stays counted as pending. Pushed later, it may
+     * stay where it is, and the earliest deadline cannot move earlier. */
+    w->stats.stopped++;
+    if (uvtw__wheel_postpone(&w->wheel, node_of(timer), deadline))
+      return 0;
     uvtw__wheel_remove(&w->wheel, node_of(timer));
-    file(w, timer, deadline);
   }
+  file(w, timer, deadline, now);
   return 0;
 }
 

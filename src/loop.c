@@ -147,7 +147,7 @@ static void count_out(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
  * made before it is filed, and the uv_timer_t is left where it is, so it
  * still runs in this phase. The cheap tests come first: this is every
  * start's path. */
-static void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline, uint64_t now_ms) {
+static inline void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline, uint64_t now_ms) {
   bool collect = ms_of(w, deadline) <= now_ms && !w->in_pass && !w->manual && !w->collected &&
                  pass_collected(w);
   if (collect || w->wheel.count == 0) /* an empty wheel catches up: file it low */

@@ -57,22 +57,6 @@
 
 #include <string.h>
 
-static inline void list_init(wheel_node_t *head) {
-  head->next = head;
-  head->prev = head;
-}
-
-static inline bool list_empty(const wheel_node_t *head) {
-  return head->next == head;
-}
-
-static inline void list_append(wheel_node_t *head, wheel_node_t *node) {
-  node->prev = head->prev;
-  node->next = head;
-  head->prev->next = node;
-  head->prev = node;
-}
-
 /* Moves all of `from` (not empty) to the tail of `to`, leaving `from` empty. */
 static void list_splice(wheel_node_t *to, wheel_node_t *from) {
   from->next->prev = to->prev;
@@ -88,57 +72,6 @@ void uvtw__wheel_init(wheel_t *w, uint64_t now) {
   list_init(&w->expired);
   for (unsigned index = 0; index < WHEEL_SLOT_COUNT; index++)
     list_init(&w->slots[index]);
-}
-
-/* Files a node whose deadline is >= the wheel's time; returns its level. */
-static unsigned file(wheel_t *w, wheel_node_t *node) {
-  unsigned level = wheel_level_of(node->deadline, w->now);
-  unsigned index = wheel_slot_of(node->deadline, level);
-  wheel_node_t *head = &w->slots[index];
-  if (!(w->occupied[index / 64] & ((uint64_t)1 << index % 64))) {
-    w->occupied[index / 64] |= (uint64_t)1 << index % 64;
-    head->deadline = node->deadline;
-  } else if (node->deadline < head->deadline) {
-    head->deadline = node->deadline;
-  }
-  wheel_node_t *after = head->prev;
-  while (level == 0 && after != head && after->seq > node->seq)
-    after = after->prev; /* a postponed entry: see the top of the file */
-  list_append(after->next, node);
-  return level;
-}
-
-void uvtw__wheel_insert(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
-  node->deadline = deadline < w->now ? w->now : deadline;
-  node->seq = w->next_seq++;
-  file(w, node);
-  w->count++;
-}
-
-bool uvtw__wheel_postpone(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
-  /* A level-0 entry shares every digit but the lowest with the wheel's
-   * time, and an expired one is not after it: neither may stay. */
-  if (deadline < node->deadline || node->deadline <= w->now ||
-      wheel_level_of(node->deadline, w->now) == 0)
-    return false;
-  node->deadline = deadline;
-  node->seq = w->next_seq++;
-  return true;
-}
-
-void uvtw__wheel_remove(wheel_t *w, wheel_node_t *node) {
-  wheel_node_t *prev = node->prev;
-  wheel_node_t *next = node->next;
-  prev->next = next;
-  next->prev = prev;
-  wheel_node_init(node);
-  w->count--;
-  /* Both neighbours are the same node only if it is a list head and the
-   * list is now empty; if that head is a slot's, clear its bit. */
-  if (prev == next && prev != &w->expired) {
-    size_t index = (size_t)(prev - w->slots);
-    w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
-  }
 }
 
 /* The first occupied slot, which holds the earliest entries (slots are in
@@ -172,7 +105,7 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
     list_init(head);
     while (node != head) {
       wheel_node_t *next = node->next;
-      if (file(w, node) < level)
+      if (wheel_file(w, node) < level)
         w->cascaded++;
       node = next;
     }
@@ -181,14 +114,6 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
    * level and slot against the later time. */
   if (now > w->now)
     w->now = now;
-}
-
-wheel_node_t *uvtw__wheel_pop_expired(wheel_t *w) {
-  if (list_empty(&w->expired))
-    return NULL;
-  wheel_node_t *node = w->expired.next;
-  uvtw__wheel_remove(w, node);
-  return node;
 }
 
 uint64_t uvtw__wheel_next_deadline(const wheel_t *w) {

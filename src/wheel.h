@@ -1,5 +1,6 @@
 /* The pure timing wheel: no libuv, no threads, no clock. It is told the
- * time. See wheel.c for how it works. */
+ * time. See wheel.c for how it works. The operations every start, stop and
+ * fire runs are inline here, so those paths make no call into the wheel. */
 #ifndef UVTW_WHEEL_H
 #define UVTW_WHEEL_H
 
@@ -78,6 +79,41 @@ static inline uint64_t wheel_slot_start(uint64_t now, unsigned index) {
 
 void uvtw__wheel_init(wheel_t *w, uint64_t now);
 
+/* Circular lists with the head as sentinel. */
+static inline void list_init(wheel_node_t *head) {
+  head->next = head;
+  head->prev = head;
+}
+
+static inline bool list_empty(const wheel_node_t *head) {
+  return head->next == head;
+}
+
+static inline void list_append(wheel_node_t *head, wheel_node_t *node) {
+  node->prev = head->prev;
+  node->next = head;
+  head->prev->next = node;
+  head->prev = node;
+}
+
+/* Files a node whose deadline is >= the wheel's time; returns its level. */
+static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node) {
+  unsigned level = wheel_level_of(node->deadline, w->now);
+  unsigned index = wheel_slot_of(node->deadline, level);
+  wheel_node_t *head = &w->slots[index];
+  if (!(w->occupied[index / 64] & ((uint64_t)1 << index % 64))) {
+    w->occupied[index / 64] |= (uint64_t)1 << index % 64;
+    head->deadline = node->deadline;
+  } else if (node->deadline < head->deadline) {
+    head->deadline = node->deadline;
+  }
+  wheel_node_t *after = head->prev;
+  while (level == 0 && after != head && after->seq > node->seq)
+    after = after->prev; /* a postponed entry: see the top of wheel.c */
+  list_append(after->next, node);
+  return level;
+}
+
 static inline void wheel_node_init(wheel_node_t *node) {
   node->next = NULL;
   node->prev = NULL;
@@ -89,22 +125,55 @@ static inline bool wheel_node_linked(const wheel_node_t *node) {
 
 /* Files `node` (not linked) to fire at `deadline`; a deadline before the
  * wheel's time is filed at that time (it is due at the next expiry). */
-void uvtw__wheel_insert(wheel_t *w, wheel_node_t *node, uint64_t deadline);
+static inline void uvtw__wheel_insert(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
+  node->deadline = deadline < w->now ? w->now : deadline;
+  node->seq = w->next_seq++;
+  wheel_file(w, node);
+  w->count++;
+}
 
 /* Files a linked node again at a later `deadline` (>= its own) without
  * moving it, if it waits on an upper level, where the cascade files it by
  * its new deadline; returns false, changing nothing, if it cannot stay. */
-bool uvtw__wheel_postpone(wheel_t *w, wheel_node_t *node, uint64_t deadline);
+static inline bool uvtw__wheel_postpone(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
+  /* A level-0 entry shares every digit but the lowest with the wheel's
+   * time, and an expired one is not after it: neither may stay. */
+  if (deadline < node->deadline || node->deadline <= w->now ||
+      wheel_level_of(node->deadline, w->now) == 0)
+    return false;
+  node->deadline = deadline;
+  node->seq = w->next_seq++;
+  return true;
+}
 
 /* Unlinks a linked node from its slot or from the expired list. */
-void uvtw__wheel_remove(wheel_t *w, wheel_node_t *node);
+static inline void uvtw__wheel_remove(wheel_t *w, wheel_node_t *node) {
+  wheel_node_t *prev = node->prev;
+  wheel_node_t *next = node->next;
+  prev->next = next;
+  next->prev = prev;
+  wheel_node_init(node);
+  w->count--;
+  /* Both neighbours are the same node only if it is a list head and the
+   * list is now empty; if that head is a slot's, clear its bit. */
+  if (prev == next && prev != &w->expired) {
+    size_t index = (size_t)(prev - w->slots);
+    w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
+  }
+}
 
 /* Moves the wheel's time to `now` (if later) and every entry whose deadline
  * is <= now to the expired list, in deadline order, FIFO among equals. */
 void uvtw__wheel_expire(wheel_t *w, uint64_t now);
 
 /* Unlinks and returns the first expired entry, or NULL. */
-wheel_node_t *uvtw__wheel_pop_expired(wheel_t *w);
+static inline wheel_node_t *uvtw__wheel_pop_expired(wheel_t *w) {
+  if (list_empty(&w->expired))
+    return NULL;
+  wheel_node_t *node = w->expired.next;
+  uvtw__wheel_remove(w, node);
+  return node;
+}
 
 /* A lower bound of the earliest pending deadline, exact unless an entry was
  * removed or postponed since its slot was filed; UINT64_MAX if nothing is

@@ -105,7 +105,7 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
     list_init(head);
     while (node != head) {
       wheel_node_t *next = node->next;
-      if (wheel_file(w, node) < level)
+      if (wheel_file(w, node, true) < level)
         w->cascaded++;
       node = next;
     }

@@ -96,8 +96,10 @@ static inline void list_append(wheel_node_t *head, wheel_node_t *node) {
   head->prev = node;
 }
 
-/* Files a node whose deadline is >= the wheel's time; returns its level. */
-static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node) {
+/* Files a node whose deadline is >= the wheel's time; returns its level. A
+ * new entry, started last, belongs at its slot's tail; only a cascaded one
+ * (`refile`) may belong before entries started after it. */
+static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node, bool refile) {
   unsigned level = wheel_level_of(node->deadline, w->now);
   unsigned index = wheel_slot_of(node->deadline, level);
   wheel_node_t *head = &w->slots[index];
@@ -108,7 +110,7 @@ static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node) {
     head->deadline = node->deadline;
   }
   wheel_node_t *after = head->prev;
-  while (level == 0 && after != head && after->seq > node->seq)
+  while (refile && level == 0 && after != head && after->seq > node->seq)
     after = after->prev; /* a postponed entry: see the top of wheel.c */
   list_append(after->next, node);
   return level;
@@ -128,7 +130,7 @@ static inline bool wheel_node_linked(const wheel_node_t *node) {
 static inline void uvtw__wheel_insert(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
   node->deadline = deadline < w->now ? w->now : deadline;
   node->seq = w->next_seq++;
-  wheel_file(w, node);
+  wheel_file(w, node, false);
   w->count++;
 }
 

@@ -152,8 +152,7 @@ static inline void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline,
                  pass_collected(w);
   if (collect || w->wheel.count == 0) /* an empty wheel catches up: file it low */
     uvtw__wheel_expire(&w->wheel, ticks_down(w, now_ms));
-  if (collect)
-    w->collected = true;
+  w->collected |= collect;
   uvtw__wheel_insert(&w->wheel, node_of(entry), deadline);
   if ((!w->armed || node_of(entry)->deadline < w->armed_at) && !w->in_pass && !w->manual &&
       !pass_collected(w))
@@ -409,7 +408,7 @@ int64_t uvtw_wheel_advance_next(uvtw_wheel_t *w) {
 void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
   if (timer == NULL)
     return;
-  wheel_node_init(node_of(timer));
+  node_of(timer)->next = node_of(timer)->prev = NULL;
   timer->wheel_ = (uintptr_t)wheel;
   timer->cb_ = NULL;
   timer->repeat_ = 0;

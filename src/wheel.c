@@ -70,6 +70,7 @@ void uvtw__wheel_init(wheel_t *w, uint64_t now) {
   memset(w, 0, sizeof *w);
   w->now = now;
   list_init(&w->expired);
+  w->ahead = &w->expired;
   for (unsigned index = 0; index < WHEEL_SLOT_COUNT; index++)
     list_init(&w->slots[index]);
 }
@@ -114,15 +115,15 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
    * level and slot against the later time. */
   if (now > w->now)
     w->now = now;
+  if (w->ahead == &w->expired) /* start the second walk from the tail */
+    w->ahead = w->expired.prev;
 }
 
 uint64_t uvtw__wheel_next_deadline(const wheel_t *w) {
   unsigned index;
   if (!list_empty(&w->expired))
     return w->expired.next->deadline;
-  if (!first_occupied(w, &index))
-    return UINT64_MAX;
-  return w->slots[index].deadline;
+  return first_occupied(w, &index) ? w->slots[index].deadline : UINT64_MAX;
 }
 
 uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w) {

@@ -91,6 +91,11 @@ static const char *wheel_check(const wheel_t *w) {
   }
   if (count != w->count)
     return "the entry count disagrees with the lists";
+  const wheel_node_t *ahead = &w->expired;
+  while (ahead != w->ahead && (ahead = ahead->next) != &w->expired)
+    ;
+  if (ahead != w->ahead)
+    return "the second walk is not in the expired list";
   return NULL;
 }
 
@@ -173,7 +178,9 @@ static void model_insert(wheel_t *w, entry_t *e, uint64_t *seq) {
   e->seq = (*seq)++;
 }
 
-/* Expires to `now` and compares what comes out with the model. */
+/* Expires to `now` and compares what comes out with the model. Between
+ * pops it sometimes removes a random entry, as a callback stopping another
+ * timer does, due or not. */
 static void model_expire(wheel_t *w, entry_t *pool, uint64_t now, model_run_t *run, uint64_t step) {
   uvtw__wheel_expire(w, now);
   wheel_node_t *node;
@@ -188,6 +195,15 @@ static void model_expire(wheel_t *w, entry_t *pool, uint64_t now, model_run_t *r
     }
     got->pending = false;
     run->fired++;
+    entry_t *victim = &pool[rng_below(POOL)];
+    if (rng_below(4) == 0 && victim->pending) {
+      uvtw__wheel_remove(w, &victim->node);
+      victim->pending = false;
+      run->removes++;
+      const char *broken = wheel_check(w);
+      if (broken != NULL)
+        fail(run, step, broken);
+    }
   }
   if (model_first_due(pool, now) != NULL)
     fail(run, step, "a due entry did not expire");
@@ -433,6 +449,9 @@ static void count_off(wheel_t *w, entry_t *e) {
   (void)e;
   w->count++;
 }
+static void walk_off_the_list(wheel_t *w, entry_t *e) {
+  w->ahead = &e[2].node;
+}
 
 static void test_checker(void) {
   static const corruption_t corruptions[] = {
@@ -462,6 +481,8 @@ static void test_checker(void) {
        "expired entries are out of deadline and start order"},
       {"an entry count that disagrees with the lists", count_off,
        "the entry count disagrees with the lists"},
+      {"a second walk outside the expired list", walk_off_the_list,
+       "the second walk is not in the expired list"},
   };
   static wheel_t w;
   entry_t e[7];

@@ -613,6 +613,67 @@ static void test_stop_start_earlier(void) {
   fx_close(&f);
 }
 
+/* ---- Callbacks stopping and freeing the timers still due in their pass ---- */
+
+/* Sixteen timers due together fire in one pass; the first callbacks stop
+ * and free timers of the same pass at once: the pass's tail, where the
+ * wheel's second walk of the expired list starts, the entries that walk
+ * stands on next, one in the middle and the next one due. ASan and Valgrind
+ * see any later use of the freed memory. */
+enum { SF_N = 16 };
+static uvtw_timer_t *sf_timers[SF_N];
+static int sf_log[SF_N + 1], sf_n;
+
+static void sf_stop_free(int i) {
+  uvtw_timer_stop(sf_timers[i]);
+  free(sf_timers[i]);
+  sf_timers[i] = NULL;
+}
+
+static void sf_cb(uvtw_timer_t *timer) {
+  int i = (int)(intptr_t)timer->data;
+  if (sf_n < SF_N + 1)
+    sf_log[sf_n] = i;
+  sf_n++;
+  if (i == 0) {
+    sf_stop_free(15);
+    sf_stop_free(14);
+    sf_stop_free(13);
+    sf_stop_free(8);
+  } else if (i == 1) {
+    sf_stop_free(12);
+    sf_stop_free(11);
+  } else if (i == 2) {
+    sf_stop_free(3);
+  }
+}
+
+static void test_stop_free_in_pass(void) {
+  const char *T = "stop and free in a pass";
+  static const int expect[] = {0, 1, 2, 4, 5, 6, 7, 9, 10};
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  sf_n = 0;
+  for (int i = 0; i < SF_N; i++) {
+    sf_timers[i] = malloc(sizeof *sf_timers[i]);
+    if (sf_timers[i] == NULL) {
+      printf("Bail out! out of memory\n");
+      exit(1);
+    }
+    uvtw_timer_init(f.wheel, sf_timers[i]);
+    sf_timers[i]->data = (void *)(intptr_t)i;
+    uvtw_timer_start(sf_timers[i], sf_cb, 10, 0);
+  }
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  check_fire_order(T, "the timers left ran in start order, the stopped ones never", sf_log,
+                   sf_n < SF_N + 1 ? sf_n : SF_N + 1, expect,
+                   (int)(sizeof expect / sizeof *expect));
+  for (int i = 0; i < SF_N; i++)
+    free(sf_timers[i]);
+  fx_close(&f);
+}
+
 static const tap_case_t cases[] = {
     TAP_CASE(same_pass),
     TAP_CASE(self_restart_zero_no_starving),
@@ -621,6 +682,7 @@ static const tap_case_t cases[] = {
     TAP_CASE(freed_timers_in_next_slots),
     TAP_CASE(order_far_deadlines),
     TAP_CASE(stop_start_earlier),
+    TAP_CASE(stop_free_in_pass),
 };
 
 FX_MAIN(cases)

@@ -139,6 +139,11 @@ static void count_out(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
     update_refs(w);
 }
 
+/* Outside a pass and on the loop's clock: where a filing may arm. */
+static inline bool outside(const uvtw_wheel_t *w) {
+  return !w->in_pass && !w->manual;
+}
+
 /* Files a node in no list at `deadline` (ticks) when the clock reads
  * `now_ms`. Outside a pass, arms the uv_timer_t if the entry may be the
  * earliest (a pass arms once, when it ends). While the uv_timer_t waits in
@@ -148,14 +153,12 @@ static void count_out(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
  * still runs in this phase. The cheap tests come first: this is every
  * start's path. */
 static inline void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline, uint64_t now_ms) {
-  bool collect = ms_of(w, deadline) <= now_ms && !w->in_pass && !w->manual && !w->collected &&
-                 pass_collected(w);
+  bool collect = ms_of(w, deadline) <= now_ms && outside(w) && !w->collected && pass_collected(w);
   if (collect || w->wheel.count == 0) /* an empty wheel catches up: file it low */
     uvtw__wheel_expire(&w->wheel, ticks_down(w, now_ms));
   w->collected |= collect;
   uvtw__wheel_insert(&w->wheel, node_of(entry), deadline);
-  if ((!w->armed || node_of(entry)->deadline < w->armed_at) && !w->in_pass && !w->manual &&
-      !pass_collected(w))
+  if ((!w->armed || node_of(entry)->deadline < w->armed_at) && outside(w) && !pass_collected(w))
     arm(w, uvtw__wheel_next_deadline(&w->wheel));
 }
 

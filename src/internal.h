@@ -26,7 +26,7 @@ struct uvtw_wheel_s {
   uint64_t armed_at;       /* ticks */
   uint64_t manual_now;     /* ms, the manual clock */
   uint64_t refs;           /* pending entries that keep the loop alive */
-  uvtw_stats_t stats;      /* active, stopped and cascaded are completed on read */
+  uvtw_stats_t stats;      /* started, active, stopped, cascaded: completed on read */
   uvtw_close_cb close_cb;
   void *close_arg;
   uv_timer_t timer;

@@ -191,10 +191,8 @@ static void fire(uvtw_wheel_t *w, uvtw_timer_t *entry) {
   count_out(w, entry);
   if (entry->cb_ != uvtw__task_fire) {
     uvtw__note_fired(w, node_of(entry)->deadline);
-    if (entry->repeat_ != 0) {
+    if (entry->repeat_ != 0)
       uvtw__entry_add(w, entry, uvtw__ticks_up(w, uvtw__add_saturating(uvtw__clock_ms(w), entry->repeat_)));
-      w->stats.started++;
-    }
   }
   entry->cb_(entry); /* the entry may be freed from here on */
 }
@@ -336,6 +334,7 @@ int64_t uvtw_wheel_next_due(const uvtw_wheel_t *w) {
 
 void uvtw_wheel_stats(const uvtw_wheel_t *w, uvtw_stats_t *out) {
   *out = w->stats;
+  out->started = w->wheel.next_seq; /* every start, repeat and task takes one */
   out->active = w->wheel.count;
   out->cascaded = w->wheel.cascaded;
   uvtw__tasks_stats(w, out);
@@ -397,7 +396,7 @@ int64_t uvtw_wheel_advance_next(uvtw_wheel_t *w) {
   int err = check_manual(w);
   if (err != 0)
     return err;
-  uint64_t next = w->wheel.count == 0 ? UINT64_MAX : uvtw__wheel_next_deadline_exact(&w->wheel);
+  uint64_t next = uvtw__wheel_next_deadline_exact(&w->wheel);
   if (next == UINT64_MAX)
     return UV_EAGAIN;
   uint64_t before = w->manual_now;
@@ -427,7 +426,6 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(now, timeout));
   timer->cb_ = cb;
   timer->repeat_ = repeat;
-  w->stats.started++;
   if (!wheel_node_linked(node_of(timer))) {
     count_in(w, timer);
   } else {

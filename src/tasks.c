@@ -169,7 +169,6 @@ static void file_task(uvtw_wheel_t *w, uvtw_ticket_t *task) {
   if (w->manual)
     task->due = uvtw__add_saturating(uvtw__clock_ms(w), task->due);
   uvtw__entry_add(w, &task->entry, uvtw__ticks_up(w, task->due));
-  w->stats.started++;
 }
 
 /* Handles one message from the queue (see the state diagram above). */
@@ -202,8 +201,7 @@ static void take_in_list(uvtw_wheel_t *w, mpsc_node_t *node) {
 
 void uvtw__tasks_take_in(uvtw_wheel_t *w) {
   mpsc_node_t *batch = uvtw__mpsc_take_all(&w->shared->queue);
-  if (batch != NULL)
-    w->stats.remote_batches++;
+  w->stats.remote_batches += batch != NULL;
   take_in_list(w, batch);
 }
 

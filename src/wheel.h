@@ -28,7 +28,7 @@ typedef struct wheel_s {
   uint64_t now;      /* the wheel's time: every pending deadline is >= now */
   uint64_t count;    /* entries in slots or in the expired list */
   uint64_t cascaded; /* entries moved to a finer level */
-  uint64_t next_seq; /* the next entry's start order */
+  uint64_t next_seq; /* the next start order: inserts and postponements so far */
   /* Bit i set: slots[i] is not empty. */
   uint64_t occupied[WHEEL_SLOT_COUNT / 64];
   /* Entries taken out of the slots by wheel_expire, in firing order. */

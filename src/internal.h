@@ -25,7 +25,7 @@ struct uvtw_wheel_s {
   int handles_closed;
   uint64_t armed_at;       /* ticks */
   uint64_t manual_now;     /* ms, the manual clock */
-  uint64_t refs;           /* pending entries that keep the loop alive */
+  uint64_t unrefs;         /* pending timers that do not keep the loop alive */
   uvtw_stats_t stats;      /* started, active, stopped, cascaded: completed on read */
   uvtw_close_cb close_cb;
   void *close_arg;

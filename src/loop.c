@@ -29,11 +29,12 @@
  * the same moment with the same timeout fires, and keeps the loop alive
  * exactly as long.
  *
- * Keeping the loop alive: `refs` counts pending entries that are
- * referenced (timers not unref'd, and every task). The uv_timer_t is
- * referenced while the wheel is referenced and refs > 0; being active only
- * while something is pending, it then keeps the loop alive exactly when a
- * referenced uv_timer_t would.
+ * Keeping the loop alive: `unrefs` counts pending timers that are
+ * unref'd, so the pending entries that are referenced (the other timers,
+ * and every task) number wheel.count - unrefs. The uv_timer_t is
+ * referenced while the wheel is referenced and that number is not 0;
+ * being active only while something is pending, it then keeps the loop
+ * alive exactly when a referenced uv_timer_t would.
  */
 #include <stdlib.h>
 
@@ -55,10 +56,6 @@ static inline wheel_node_t *node_of(uvtw_timer_t *timer) {
 
 static inline const wheel_node_t *const_node_of(const uvtw_timer_t *timer) {
   return (const wheel_node_t *)(const void *)&timer->node_;
-}
-
-static inline uvtw_timer_t *timer_of(wheel_node_t *node) {
-  return container_of(node, uvtw_timer_t, node_);
 }
 
 static inline uvtw_wheel_t *wheel_of(const uvtw_timer_t *timer) {
@@ -85,16 +82,12 @@ static inline uint64_t ms_of(const uvtw_wheel_t *w, uint64_t ticks) {
   return ticks > UINT64_MAX / w->tick_ms ? UINT64_MAX : ticks * w->tick_ms;
 }
 
-static inline uint64_t clock_ticks(const uvtw_wheel_t *w) {
-  return ticks_down(w, uvtw__clock_ms(w));
-}
-
 /* ---- arming the uv_timer_t and keeping the loop alive ------------------- */
 
 static void on_timer(uv_timer_t *handle);
 
 static void update_refs(uvtw_wheel_t *w) {
-  bool keep_alive = w->referenced && !w->manual && w->refs > 0;
+  bool keep_alive = w->referenced && !w->manual && w->wheel.count > w->unrefs;
   (keep_alive ? uv_ref : uv_unref)((uv_handle_t *)&w->timer);
   (keep_alive && w->kicked ? uv_ref : uv_unref)((uv_handle_t *)&w->async);
 }
@@ -129,14 +122,32 @@ static void kick(uvtw_wheel_t *w) {
   uv_async_send(&w->async);
 }
 
+/* After `entry` is filed: the first referenced entry references the
+ * handles. */
 static void count_in(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
-  if (!(entry->wheel_ & TIMER_UNREF) && w->refs++ == 0)
+  if (entry->wheel_ & TIMER_UNREF)
+    w->unrefs++;
+  else if (w->wheel.count - w->unrefs == 1)
     update_refs(w);
 }
 
+/* Once no referenced entry is pending, the handles let go of the loop; once
+ * nothing is, the uv_timer_t stops. Out of line, so a stop saves no
+ * registers. */
+UVTW_NOINLINE static void none_referenced(uvtw_wheel_t *w) {
+  update_refs(w);
+  if (w->wheel.count == 0)
+    disarm(w);
+}
+
+/* After `entry` is unlinked: the last referenced entry, or the last entry,
+ * has left. */
 static void count_out(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
-  if (!(entry->wheel_ & TIMER_UNREF) && --w->refs == 0)
-    update_refs(w);
+  bool unref = entry->wheel_ & TIMER_UNREF;
+  if (unref)
+    w->unrefs--;
+  if (w->wheel.count == w->unrefs && (!unref || w->wheel.count == 0))
+    none_referenced(w);
 }
 
 /* Outside a pass and on the loop's clock: where a filing may arm. */
@@ -150,8 +161,7 @@ static inline bool outside(const uvtw_wheel_t *w) {
  * libuv's collected list (pass_collected), a due entry must wait for the
  * next phase like a uv_timer_t started now: the pass's own collection is
  * made before it is filed, and the uv_timer_t is left where it is, so it
- * still runs in this phase. The cheap tests come first: this is every
- * start's path. */
+ * still runs in this phase. */
 static inline void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline, uint64_t now_ms) {
   bool collect = ms_of(w, deadline) <= now_ms && outside(w) && !w->collected && pass_collected(w);
   if (collect || w->wheel.count == 0) /* an empty wheel catches up: file it low */
@@ -163,15 +173,13 @@ static inline void file(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline,
 }
 
 void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
-  count_in(w, entry);
   file(w, entry, deadline, uvtw__clock_ms(w));
+  count_in(w, entry);
 }
 
 void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
   uvtw__wheel_remove(&w->wheel, node_of(entry));
   count_out(w, entry);
-  if (w->wheel.count == 0)
-    disarm(w);
 }
 
 /* ---- passes ---------------------------------------------------------------- */
@@ -207,7 +215,7 @@ static uint64_t run_pass(uvtw_wheel_t *w, uint64_t now) {
     uvtw__wheel_expire(&w->wheel, now);
   w->collected = false;
   while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL)
-    fire(w, timer_of(node));
+    fire(w, container_of(node, uvtw_timer_t, node_));
   w->in_pass = false;
   return w->stats.fired - fired_before;
 }
@@ -217,7 +225,7 @@ static void after_pass(uvtw_wheel_t *w) {
   if (w->closing || w->manual || w->wheel.count == 0)
     return;
   uint64_t next = uvtw__wheel_next_deadline(&w->wheel);
-  if (next <= clock_ticks(w) && !w->pass_by_timer)
+  if (next <= ticks_down(w, uvtw__clock_ms(w)) && !w->pass_by_timer)
     kick(w);
   else
     arm(w, next);
@@ -227,7 +235,7 @@ static void on_timer(uv_timer_t *handle) {
   uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, timer);
   w->armed = false;
   w->stats.wakeups++;
-  if (run_pass(w, clock_ticks(w)) == 0)
+  if (run_pass(w, ticks_down(w, uvtw__clock_ms(w))) == 0)
     w->stats.wasted_wakeups++;
   after_pass(w);
 }
@@ -294,7 +302,7 @@ void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
   wheel_node_t *node;
   uvtw__wheel_expire(&w->wheel, UINT64_MAX);
   while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL) {
-    uvtw_timer_t *entry = timer_of(node);
+    uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
     count_out(w, entry);
     if (entry->cb_ == uvtw__task_fire)
       uvtw__task_fire(entry); /* closing: UV_ECANCELED */
@@ -377,7 +385,7 @@ int uvtw_wheel_advance(uvtw_wheel_t *w, uint64_t ms) {
   if (target == UINT64_MAX)
     target--;
   uint64_t last = ticks_down(w, target);
-  uint64_t at = clock_ticks(w);
+  uint64_t at = ticks_down(w, uvtw__clock_ms(w));
   while (!w->closing && w->wheel.count != 0) {
     uint64_t next = uvtw__wheel_next_deadline(&w->wheel);
     if (next > at)
@@ -400,7 +408,7 @@ int64_t uvtw_wheel_advance_next(uvtw_wheel_t *w) {
   if (next == UINT64_MAX)
     return UV_EAGAIN;
   uint64_t before = w->manual_now;
-  uint64_t now = clock_ticks(w);
+  uint64_t now = ticks_down(w, uvtw__clock_ms(w));
   manual_pass(w, next > now ? next : now);
   return (int64_t)(w->manual_now - before);
 }
@@ -426,27 +434,26 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(now, timeout));
   timer->cb_ = cb;
   timer->repeat_ = repeat;
-  if (!wheel_node_linked(node_of(timer))) {
-    count_in(w, timer);
-  } else {
-    /* A restart: the entry stays counted as pending. Pushed later, it may
-     * stay where it is, and the earliest deadline cannot move earlier. */
+  if (wheel_node_linked(node_of(timer))) {
+    /* A restart. Pushed later, an entry may stay where it is, and the
+     * earliest deadline cannot move earlier. */
     w->stats.stopped++;
     if (uvtw__wheel_postpone(&w->wheel, node_of(timer), deadline))
       return 0;
-    uvtw__wheel_remove(&w->wheel, node_of(timer));
+    uvtw__entry_remove(w, timer);
   }
   file(w, timer, deadline, now);
+  count_in(w, timer);
   return 0;
 }
 
 int uvtw_timer_stop(uvtw_timer_t *timer) {
   if (timer == NULL)
     return UV_EINVAL;
-  if (!wheel_node_linked(node_of(timer)))
-    return 0;
-  uvtw__entry_remove(wheel_of(timer), timer);
-  wheel_of(timer)->stats.stopped++;
+  if (wheel_node_linked(node_of(timer))) {
+    wheel_of(timer)->stats.stopped++;
+    uvtw__entry_remove(wheel_of(timer), timer);
+  }
   return 0;
 }
 
@@ -482,15 +489,19 @@ void uvtw_timer_ref(uvtw_timer_t *timer) {
   if (!(timer->wheel_ & TIMER_UNREF))
     return;
   timer->wheel_ &= ~TIMER_UNREF;
-  if (wheel_node_linked(node_of(timer)))
+  if (wheel_node_linked(node_of(timer))) {
+    wheel_of(timer)->unrefs--; /* pending, it joins the referenced entries */
     count_in(wheel_of(timer), timer);
+  }
 }
 
 void uvtw_timer_unref(uvtw_timer_t *timer) {
   if (timer->wheel_ & TIMER_UNREF)
     return;
-  if (wheel_node_linked(node_of(timer)))
+  if (wheel_node_linked(node_of(timer))) {
+    wheel_of(timer)->unrefs++; /* pending, it leaves the referenced entries */
     count_out(wheel_of(timer), timer);
+  }
   timer->wheel_ |= TIMER_UNREF;
 }
 

@@ -1,32 +1,43 @@
-/* What the C standard leaves to each compiler: bit scans, with GCC and
- * Clang's builtins, and in plain C for any other compiler. */
+/* What the C standard leaves to each compiler: bit scans, and keeping a
+ * function out of line; with GCC and Clang's builtins and attributes, and
+ * in plain C for any other compiler. */
 #ifndef UVTW_PORT_H
 #define UVTW_PORT_H
 
 #include <stdint.h>
 
+#if defined(__GNUC__) || defined(__clang__)
+
+#define UVTW_NOINLINE __attribute__((noinline))
+
 /* Index of the highest set bit of x; x != 0. */
 static inline int uvtw_highest_bit(uint64_t x) {
-#if defined(__GNUC__) || defined(__clang__)
   return 63 - __builtin_clzll(x);
-#else
-  int index = 0;
-  while (x >>= 1)
-    index++;
-  return index;
-#endif
 }
 
 /* Index of the lowest set bit of x; x != 0. */
 static inline int uvtw_lowest_bit(uint64_t x) {
-#if defined(__GNUC__) || defined(__clang__)
   return __builtin_ctzll(x);
+}
+
 #else
+
+#define UVTW_NOINLINE
+
+static inline int uvtw_highest_bit(uint64_t x) {
+  int index = 0;
+  while (x >>= 1)
+    index++;
+  return index;
+}
+
+static inline int uvtw_lowest_bit(uint64_t x) {
   int index = 0;
   for (; (x & 1) == 0; x >>= 1)
     index++;
   return index;
-#endif
 }
+
+#endif
 
 #endif

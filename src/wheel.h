@@ -112,10 +112,10 @@ static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node, bool refile) {
   } else if (node->deadline < head->deadline) {
     head->deadline = node->deadline;
   }
-  wheel_node_t *after = head->prev;
-  while (refile && level == 0 && after != head && after->seq > node->seq)
-    after = after->prev; /* a postponed entry: see the top of wheel.c */
-  list_append(after->next, node);
+  wheel_node_t *before = head; /* the node goes just before it */
+  while (refile && level == 0 && before->prev != head && before->prev->seq > node->seq)
+    before = before->prev; /* a postponed entry: see the top of wheel.c */
+  list_append(before, node);
   return level;
 }
 

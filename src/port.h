@@ -32,10 +32,7 @@ static inline int uvtw_highest_bit(uint64_t x) {
 }
 
 static inline int uvtw_lowest_bit(uint64_t x) {
-  int index = 0;
-  for (; (x & 1) == 0; x >>= 1)
-    index++;
-  return index;
+  return uvtw_highest_bit(x & (~x + 1)); /* x & -x: the lowest set bit alone */
 }
 
 #endif

@@ -106,7 +106,7 @@ static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node, bool refile) {
   unsigned level = wheel_level_of(node->deadline, w->now);
   unsigned index = wheel_slot_of(node->deadline, level);
   wheel_node_t *head = &w->slots[index];
-  if (!(w->occupied[index / 64] & ((uint64_t)1 << index % 64))) {
+  if (list_empty(head)) { /* its bit in `occupied` is clear */
     w->occupied[index / 64] |= (uint64_t)1 << index % 64;
     head->deadline = node->deadline;
   } else if (node->deadline < head->deadline) {

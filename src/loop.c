@@ -445,12 +445,12 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   timer->repeat_ = repeat;
   uint64_t now = uvtw__clock_ms(w);
   uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(now, timeout));
-  /* Most starts decide nothing: a new entry, not due, no earlier than the
-   * armed deadline, on a wheel that holds others. They only insert; the
-   * decisions are out of line, so such a start saves few registers, which
-   * takes a tenth off a stop + start at 10^6 timers. */
-  if (wheel_node_linked(node_of(timer)) || w->wheel.count == 0 || ms_of(w, deadline) <= now ||
-      !w->armed || deadline < w->armed_at)
+  /* Most starts decide nothing: a new entry with a timeout (not due, then),
+   * no earlier than the armed deadline, on a wheel that holds others. They
+   * only insert; the decisions are out of line, so such a start saves few
+   * registers, which takes a tenth off a stop + start at 10^6 timers. */
+  if (wheel_node_linked(node_of(timer)) || timeout == 0 || w->wheel.count == 0 || !w->armed ||
+      deadline < w->armed_at)
     return start_deciding(w, timer, deadline);
   uvtw__wheel_insert(&w->wheel, node_of(timer), deadline);
   count_in(w, timer);

@@ -146,7 +146,7 @@ static void count_out(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
   bool unref = entry->wheel_ & TIMER_UNREF;
   if (unref)
     w->unrefs--;
-  if (w->wheel.count == w->unrefs && (!unref || w->wheel.count == 0))
+  if ((!unref && w->wheel.count == w->unrefs) || w->wheel.count == 0)
     none_referenced(w);
 }
 

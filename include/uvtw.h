@@ -94,6 +94,9 @@ typedef struct uvtw_options_s {
    * uv_now(loop) and moves only with uvtw_wheel_advance and
    * uvtw_wheel_advance_next (for tests: see "Manual clock" below). */
   uint32_t manual_clock;
+  /* Room for options of later minor versions; must be zero. A
+   * zero-initialised uvtw_options_t always means the defaults. */
+  uint32_t reserved[5];
 } uvtw_options_t;
 
 typedef struct uvtw_stats_s {
@@ -106,6 +109,7 @@ typedef struct uvtw_stats_s {
   uint64_t wasted_wakeups; /* of those, wakeups that ran no callback */
   uint64_t remote_batches; /* times the uv_async_t drained the cross-thread queue */
   uint64_t late_max_ms;    /* largest clock - deadline seen at a callback */
+  uint64_t reserved[8];    /* room for counters of later minor versions; 0 */
 } uvtw_stats_t;
 
 /* A loop-thread timer, allocated by the caller (embed it anywhere). Only

@@ -22,6 +22,7 @@ struct uvtw_wheel_s {
   bool armed;              /* the uv_timer_t is started, for armed_at */
   bool kicked;             /* the uv_async_t was sent to start the next pass */
   bool collected;          /* the next pass's due entries are already expired */
+  bool thread_known;       /* the loop's thread is known (see learn_thread in loop.c) */
   int handles_closed;
   uint64_t armed_at;       /* ticks */
   uint64_t manual_now;     /* ms, the manual clock */
@@ -53,6 +54,10 @@ void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry);
 void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline);
 
 /* tasks.c, for loop.c */
+
+/* Records the calling thread as the loop's, for uvtw_schedule and
+ * uvtw_ticket_cancel on other threads. */
+void uvtw__tasks_set_loop_thread(uvtw_wheel_t *w);
 
 int uvtw__shared_new(uvtw_wheel_t *w, uint32_t max_pending);
 void uvtw__shared_release(uvtw_shared_t *sh);

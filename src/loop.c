@@ -86,10 +86,32 @@ static inline uint64_t ms_of(const uvtw_wheel_t *w, uint64_t ticks) {
 
 static void on_timer(uv_timer_t *handle);
 
+/* The uv_async_t also keeps the loop alive until the loop's thread is
+ * known: until then every task goes through the queue, and one scheduled
+ * before the loop first runs must keep it alive from the call. */
 static void update_refs(uvtw_wheel_t *w) {
-  bool keep_alive = w->referenced && !w->manual && w->wheel.count > w->unrefs;
+  if (w->closing) /* the handles are closing, or closed by a uv_walk */
+    return;
+  bool may_keep_alive = w->referenced && !w->manual;
+  bool keep_alive = may_keep_alive && w->wheel.count > w->unrefs;
+  bool keep_async = (keep_alive && w->kicked) || (may_keep_alive && !w->thread_known);
   (keep_alive ? uv_ref : uv_unref)((uv_handle_t *)&w->timer);
-  (keep_alive && w->kicked ? uv_ref : uv_unref)((uv_handle_t *)&w->async);
+  (keep_async ? uv_ref : uv_unref)((uv_handle_t *)&w->async);
+}
+
+/* The loop's thread is the one that runs the wheel's callbacks and makes
+ * its loop-thread calls; uvtw_wheel_new may run on another. The first such
+ * call or callback tells, and from then on uvtw_schedule files that
+ * thread's tasks directly. What the thread queued before is taken in first,
+ * so its tasks keep their order. The wheel's uv_timer_t is armed only
+ * after this, so its callback needs no check. */
+static void learn_thread(uvtw_wheel_t *w) {
+  if (w->thread_known)
+    return;
+  w->thread_known = true;
+  uvtw__tasks_set_loop_thread(w);
+  update_refs(w);
+  uvtw__tasks_take_in(w);
 }
 
 static void arm(uvtw_wheel_t *w, uint64_t deadline) {
@@ -168,7 +190,11 @@ void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
     uvtw__wheel_expire(&w->wheel, ticks_down(w, now_ms));
   w->collected |= collect;
   uvtw__wheel_insert(&w->wheel, node_of(entry), deadline);
-  if ((!w->armed || node_of(entry)->deadline < w->armed_at) && outside(w) && !pass_collected(w))
+  /* A pending kick arms the uv_timer_t itself, in the next poll phase:
+   * armed now, libuv < 1.48 would run the kicking pass's due entries in
+   * this timer phase again. */
+  if ((!w->armed || node_of(entry)->deadline < w->armed_at) && outside(w) && !w->kicked &&
+      !pass_collected(w))
     arm(w, uvtw__wheel_next_deadline(&w->wheel));
   count_in(w, entry);
 }
@@ -238,6 +264,7 @@ static void on_timer(uv_timer_t *handle) {
 
 static void on_async(uv_async_t *handle) {
   uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, async);
+  learn_thread(w);
   if (w->kicked) {
     w->kicked = false;
     update_refs(w);
@@ -250,8 +277,13 @@ static void on_async(uv_async_t *handle) {
 /* ---- the wheel ----------------------------------------------------------- */
 
 int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **out) {
-  uvtw_options_t o = opts != NULL ? *opts : (uvtw_options_t){0, 0, 0};
-  if (loop == NULL || out == NULL || o.manual_clock > 1)
+  uvtw_options_t o = {0};
+  if (opts != NULL)
+    o = *opts;
+  bool reserved_zero = true;
+  for (size_t i = 0; i < sizeof o.reserved / sizeof o.reserved[0]; i++)
+    reserved_zero &= o.reserved[i] == 0;
+  if (loop == NULL || out == NULL || o.manual_clock > 1 || !reserved_zero)
     return UV_EINVAL;
   uvtw_wheel_t *w = calloc(1, sizeof *w);
   if (w == NULL)
@@ -272,27 +304,46 @@ int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **o
   }
   uv_timer_init(loop, &w->timer);
   update_refs(w);
+  uv_async_send(&w->async); /* the first poll tells the loop's thread */
   *out = w;
   return 0;
 }
 
-static void on_handle_closed(uv_handle_t *handle) {
-  uvtw_wheel_t *w = handle->data;
-  if (++w->handles_closed < 2) /* the uv_timer_t and the uv_async_t */
-    return;
+/* Once both handles are closed. */
+static void finish_close(uvtw_wheel_t *w) {
   if (w->close_cb != NULL)
     w->close_cb(w, w->close_arg);
   uvtw__shared_release(w->shared);
   free(w);
 }
 
+static void on_handle_closed(uv_handle_t *handle) {
+  uvtw_wheel_t *w = handle->data;
+  if (++w->handles_closed == 2) /* the uv_timer_t and the uv_async_t */
+    finish_close(w);
+}
+
+/* Closes a handle of the wheel, unless the program did (a uv_walk that
+ * closes every handle): then it is closed already, and its loop may be
+ * too, so neither is touched again. */
+static void close_handle(uvtw_wheel_t *w, uv_handle_t *handle) {
+  if (uv_is_closing(handle)) {
+    w->handles_closed++;
+    return;
+  }
+  handle->data = w;
+  uv_close(handle, on_handle_closed);
+}
+
 void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
   if (w == NULL || w->closing)
     return;
+  if (!uv_is_closing((uv_handle_t *)&w->timer))
+    disarm(w);
+  w->armed = false;
   w->closing = true;
   w->close_cb = cb;
   w->close_arg = arg;
-  disarm(w);
   uvtw__tasks_close(w);
   /* Timers become inactive; tasks run with UV_ECANCELED, in deadline order. */
   wheel_node_t *node;
@@ -303,10 +354,10 @@ void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
     if (entry->cb_ == uvtw__task_fire)
       uvtw__task_fire(entry); /* closing: UV_ECANCELED */
   }
-  w->timer.data = w;
-  w->async.data = w;
-  uv_close((uv_handle_t *)&w->timer, on_handle_closed);
-  uv_close((uv_handle_t *)&w->async, on_handle_closed);
+  close_handle(w, (uv_handle_t *)&w->timer);
+  close_handle(w, (uv_handle_t *)&w->async);
+  if (w->handles_closed == 2) /* both were closed by the program */
+    finish_close(w);
 }
 
 uv_loop_t *uvtw_wheel_loop(const uvtw_wheel_t *w) {
@@ -361,6 +412,7 @@ static int check_manual(uvtw_wheel_t *w) {
     return UV_EBUSY;
   if (w->closing)
     return UV_ECANCELED;
+  learn_thread(w);
   uvtw__tasks_take_in(w);
   return 0;
 }
@@ -423,6 +475,7 @@ void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
 /* A start that decides something: a restart, or a filing that may arm,
  * collect or catch up (see uvtw__entry_add). */
 UVTW_NOINLINE static int start_deciding(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline) {
+  learn_thread(w);
   if (wheel_node_linked(node_of(timer))) {
     /* A restart. Pushed later, an entry may stay where it is, and the
      * earliest deadline cannot move earlier. */
@@ -468,10 +521,12 @@ int uvtw_timer_stop(uvtw_timer_t *timer) {
 }
 
 int uvtw_timer_again(uvtw_timer_t *timer) {
-  if (timer == NULL || timer->cb_ == NULL)
+  if (timer == NULL || timer->cb_ == NULL || wheel_of(timer) == NULL)
     return UV_EINVAL;
-  if (timer->repeat_ == 0)
-    return uvtw_timer_stop(timer);
+  if (wheel_of(timer)->closing)
+    return UV_ECANCELED;
+  if (timer->repeat_ == 0) /* as uv_timer_again: an active one-shot timer stays */
+    return 0;
   return uvtw_timer_start(timer, timer->cb_, timer->repeat_, timer->repeat_);
 }
 

@@ -43,12 +43,14 @@ enum task_state { TASK_QUEUED, TASK_IN_WHEEL, TASK_CANCELLED, TASK_DONE };
 struct uvtw_shared_s {
   /* Set at creation, read-only afterwards. */
   uvtw_wheel_t *wheel; /* other threads use it only inside the gate */
-  uv_thread_t loop_thread;
   uint32_t max_pending; /* 0: unlimited, `pending` not kept */
   bool manual;
   mpsc_t queue;
+  /* The loop's thread, written once, before `thread_known` is set. */
+  uv_thread_t loop_thread;
+  _Atomic bool thread_known;
   _Atomic uint32_t refs;    /* the wheel's, plus one per task */
-  _Atomic uint32_t pending; /* tasks neither run nor cancelled */
+  _Atomic uint32_t pending; /* tasks the loop has not let go of (see settle) */
   _Atomic uint64_t gate;    /* bit 0: closed; the rest: twice the threads inside */
   _Atomic uint64_t cancels_won;
   /* Cancelled by another thread, not yet unlinked; the loop may count a
@@ -65,6 +67,7 @@ struct uvtw_ticket_s {
   void *arg;
   uint64_t due; /* the deadline in ms; on a manual clock the timeout until taken in */
   uvtw_shared_t *shared;
+  bool filed; /* the loop has filed it in the wheel (loop thread only) */
 };
 
 /* ---- the shared part ------------------------------------------------------- */
@@ -74,7 +77,6 @@ int uvtw__shared_new(uvtw_wheel_t *w, uint32_t max_pending) {
   if (sh == NULL)
     return UV_ENOMEM;
   sh->wheel = w;
-  sh->loop_thread = uv_thread_self();
   sh->max_pending = max_pending;
   sh->manual = w->manual;
   uvtw__mpsc_init(&sh->queue);
@@ -94,7 +96,16 @@ void uvtw__tasks_stats(const uvtw_wheel_t *w, uvtw_stats_t *out) {
   out->stopped += atomic_load(&w->shared->cancels_won);
 }
 
-static bool on_loop_thread(const uvtw_shared_t *sh) {
+void uvtw__tasks_set_loop_thread(uvtw_wheel_t *w) {
+  w->shared->loop_thread = uv_thread_self();
+  atomic_store_explicit(&w->shared->thread_known, true, memory_order_release);
+}
+
+/* Before the loop's thread is known, no thread is taken for it: every
+ * task goes through the queue. */
+static bool on_loop_thread(uvtw_shared_t *sh) {
+  if (!atomic_load_explicit(&sh->thread_known, memory_order_acquire))
+    return false;
   uv_thread_t self = uv_thread_self();
   return uv_thread_equal(&self, &sh->loop_thread);
 }
@@ -116,12 +127,16 @@ static void pending_put(uvtw_shared_t *sh) {
 }
 
 /* From another thread: queues a task's message and wakes the loop, or
- * returns false if the wheel is closing (see the gate above). */
-static bool send_message(uvtw_shared_t *sh, uvtw_ticket_t *task) {
+ * returns false if the wheel is closing (see the gate above). Once the
+ * message is sure to be queued, and before the loop can see it, `*ticket`
+ * (if not NULL) receives the task. */
+static bool send_message(uvtw_shared_t *sh, uvtw_ticket_t *task, uvtw_ticket_t **ticket) {
   if (atomic_fetch_add(&sh->gate, 2) & 1) {
     atomic_fetch_sub(&sh->gate, 2);
     return false;
   }
+  if (ticket != NULL)
+    *ticket = task;
   if (uvtw__mpsc_push(&sh->queue, &task->message))
     uv_async_send(&sh->wheel->async);
   atomic_fetch_sub(&sh->gate, 2);
@@ -137,13 +152,19 @@ static void task_unref(uvtw_ticket_t *task) {
 
 /* ---- the loop side -------------------------------------------------------- */
 
+/* The loop lets go of a task: it drops its reference and frees the task's
+ * place under max_pending. A cancelled task keeps that place until then,
+ * so max_pending bounds the memory tasks hold even while the loop is busy. */
+static void let_go(uvtw_ticket_t *task) {
+  pending_put(task->shared);
+  task_unref(task);
+}
+
 /* Ends a task that has left the wheel (or never entered it): runs its
- * callback with `status` unless it was cancelled, then drops the loop's
- * reference. */
+ * callback with `status` unless it was cancelled, then lets go of it. */
 static void settle(uvtw_wheel_t *w, uvtw_ticket_t *task, int status) {
   int expected = TASK_IN_WHEEL;
   if (atomic_compare_exchange_strong(&task->state, &expected, TASK_DONE)) {
-    pending_put(task->shared);
     if (status == 0)
       uvtw__note_fired(w, uvtw__ticks_up(w, task->due));
     task->cb(task->arg, status);
@@ -151,7 +172,7 @@ static void settle(uvtw_wheel_t *w, uvtw_ticket_t *task, int status) {
     assert(expected == TASK_CANCELLED);
     atomic_fetch_sub(&task->shared->cancelled_linked, 1);
   }
-  task_unref(task);
+  let_go(task);
 }
 
 void uvtw__task_fire(uvtw_timer_t *entry) {
@@ -168,6 +189,7 @@ static void file_task(uvtw_wheel_t *w, uvtw_ticket_t *task) {
   }
   if (w->manual)
     task->due = uvtw__add_saturating(uvtw__clock_ms(w), task->due);
+  task->filed = true;
   uvtw__entry_add(w, &task->entry, uvtw__ticks_up(w, task->due));
 }
 
@@ -180,14 +202,16 @@ static void take_in(uvtw_wheel_t *w, uvtw_ticket_t *task) {
   }
   assert(expected == TASK_CANCELLED);
   if (uvtw_timer_is_active(&task->entry)) {
-    /* A cancel message for a task still in the wheel: unlink it and drop
-     * the loop's reference; the message's goes below. */
+    /* A cancel message for a task still in the wheel: unlink it and let
+     * go of it; the message's reference goes below. */
     uvtw__entry_remove(w, &task->entry);
     atomic_fetch_sub(&task->shared->cancelled_linked, 1);
-    task_unref(task);
+    let_go(task);
+  } else if (!task->filed) {
+    let_go(task); /* cancelled while queued: this is its take-in message */
+    return;
   }
-  /* The loop's reference of a task cancelled while queued, or the cancel
-   * message's for a task the wheel already let go of. */
+  /* The cancel message's reference. */
   task_unref(task);
 }
 
@@ -239,20 +263,21 @@ int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *
   task->shared = sh;
   atomic_init(&task->refs, ticket != NULL ? 2 : 1);
   atomic_fetch_add(&sh->refs, 1);
+  task->filed = false;
   if (loop_thread) {
     atomic_init(&task->state, TASK_IN_WHEEL);
+    if (ticket != NULL)
+      *ticket = task;
     file_task(wheel, task);
-  } else {
-    atomic_init(&task->state, TASK_QUEUED);
-    if (!send_message(sh, task)) {
-      pending_put(sh);
-      uvtw__shared_release(sh);
-      free(task);
-      return UV_ECANCELED;
-    }
+    return 0;
   }
-  if (ticket != NULL)
-    *ticket = task;
+  atomic_init(&task->state, TASK_QUEUED);
+  if (!send_message(sh, task, ticket)) {
+    pending_put(sh);
+    uvtw__shared_release(sh);
+    free(task);
+    return UV_ECANCELED;
+  }
   return 0;
 }
 
@@ -268,20 +293,19 @@ int uvtw_ticket_cancel(uvtw_ticket_t *task) {
   } while (!atomic_compare_exchange_weak(&task->state, &state, TASK_CANCELLED));
 
   uvtw_shared_t *sh = task->shared;
-  pending_put(sh);
   atomic_fetch_add(&sh->cancels_won, 1);
   if (state == TASK_QUEUED)
     return 0; /* its take-in message will find it cancelled */
   if (on_loop_thread(sh)) {
     /* In the wheel (perhaps expired, in a pass or a close): unlink it now. */
     uvtw__entry_remove(sh->wheel, &task->entry);
-    task_unref(task);
+    let_go(task);
     return 0;
   }
   /* Have the loop unlink it now rather than at its deadline. */
   atomic_fetch_add(&sh->cancelled_linked, 1);
   atomic_fetch_add(&task->refs, 1); /* the message's reference */
-  if (!send_message(sh, task))
+  if (!send_message(sh, task, NULL))
     task_unref(task); /* the closing wheel drops the entry itself */
   return 0;
 }

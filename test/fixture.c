@@ -66,6 +66,12 @@ bool fx_open(fx_t *f, const char *name, const uvtw_options_t *opts) {
   return true;
 }
 
+void fx_iteration(fx_t *f) {
+  uv_ref((uv_handle_t *)&f->prepare_); /* active: the loop is alive */
+  uv_run(&f->loop, UV_RUN_NOWAIT);
+  uv_unref((uv_handle_t *)&f->prepare_);
+}
+
 int fx_run(fx_t *f, uv_run_mode mode) {
   return uv_run(&f->loop, mode);
 }

@@ -1,6 +1,6 @@
 /* The tests' fixture: a loop with a wheel, and the helpers every test of
- * the public API shares. The contract under test is ../shared/spec/API.md
- * (relative to the repository) and include/uvtw.h.
+ * the public API shares. The contract under test is include/uvtw.h, with
+ * the guarantees README.md states.
  *
  *   fx_t f;
  *   if (!fx_open(&f, "name", &opts))   // a loop, a wheel on it (opts NULL:
@@ -52,6 +52,12 @@ void fx_open_loop(fx_t *f, const char *name);
 bool fx_open(fx_t *f, const char *name, const uvtw_options_t *opts);
 /* Another wheel on the fixture's loop; NULL (and a failed check) if none. */
 uvtw_wheel_t *fx_wheel_new(fx_t *f, const uvtw_options_t *opts);
+/* Runs one loop iteration (UV_RUN_NOWAIT) even if nothing keeps the loop
+ * alive: the wheel drains its queue. The first one is what a program's
+ * loop does before its callbacks use the wheel: the wheel learns which
+ * thread runs its loop, and from then on files that thread's tasks
+ * directly ("Any-thread tasks" in include/uvtw.h). */
+void fx_iteration(fx_t *f);
 /* Closes `wheel` and runs the loop until its close callback ran; checks that
  * it ran once. */
 void fx_wheel_close(fx_t *f, uvtw_wheel_t *wheel);

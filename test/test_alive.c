@@ -1,4 +1,4 @@
-/* Loop aliveness (../shared/spec/API.md, "The wheel" and the per-timer
+/* Loop aliveness (include/uvtw.h, "The wheel" and the per-timer
  * references): a referenced wheel keeps uv_run(UV_RUN_DEFAULT) going exactly
  * while a referenced timer or a task is pending, like an active uv_timer_t;
  * an idle or unreferenced wheel never does. */

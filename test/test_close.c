@@ -1,4 +1,4 @@
-/* Closing a wheel (../shared/spec/API.md, uvtw_wheel_close): pending timers
+/* Closing a wheel (include/uvtw.h, uvtw_wheel_close): pending timers
  * become inactive and never fire, pending tasks (in the wheel or still
  * queued) run once with UV_ECANCELED before the close callback, starts and
  * schedules on a closing wheel get UV_ECANCELED, tickets stay safe to cancel

@@ -1,4 +1,4 @@
-/* The manual clock (../shared/spec/API.md, "Manual clock", and the header's
+/* The manual clock (include/uvtw.h, "Manual clock", and the header's
  * "Manual clock" section): a wheel made with manual_clock = 1 keeps its own
  * time, which starts at uv_now(loop) and moves only with uvtw_wheel_advance
  * and uvtw_wheel_advance_next; its callbacks run only inside those calls.
@@ -720,7 +720,7 @@ static uint64_t mm_earliest(void) {
 
 static void test_manual_model(void) {
   const char *T = "manual model";
-  uvtw_options_t opts = {0, 0, 1};
+  uvtw_options_t opts = {.manual_clock = 1};
   fx_t f;
   int after_bad = 0, count_bad = 0, next_bad = 0;
   if (!fx_open(&f, T, &opts))

@@ -1,4 +1,4 @@
-/* Order and passes (guarantees 2, 3 and 5 of ../shared/spec/API.md): what a
+/* Order and passes (guarantees 2, 3 and 5 in README.md): what a
  * wheel callback may do to other timers due in the same pass, a timer
  * restarted with 0 from its own callback (next loop iteration, never
  * starving the loop), FIFO among equal deadlines across restarts and stops,

@@ -1,5 +1,5 @@
 /* Any-thread tasks: uvtw_schedule, uvtw_ticket_cancel, uvtw_ticket_release,
- * against the "Any-thread tasks" part of ../shared/spec/API.md. Each case
+ * against the "Any-thread tasks" part of include/uvtw.h. Each case
  * runs on a loop and wheel of its own:
  *
  *   argument_errors ........ UV_EINVAL, and *ticket untouched on every error
@@ -154,6 +154,7 @@ static void test_argument_errors(void) {
   if (!fx_open(&f, "errors", NULL))
     return;
   wheel = f.wheel;
+  fx_iteration(&f);
 
   EXPECT_ERR(uvtw_schedule(NULL, 0, task_probe_cb, &probe, &ticket), UV_EINVAL,
              "errors: schedule on a NULL wheel is UV_EINVAL");
@@ -190,17 +191,25 @@ typedef struct max_pending_thread_s {
   int rc_cancel;       /* cancel of to_cancel */
   int rc_after_cancel; /* schedule right after the won cancel */
   uvtw_ticket_t *ticket;
+  int rc_after_drain; /* schedule once the loop drained the cancel */
   int rc_full_again;
 } max_pending_thread_t;
 
+/* Before the loop runs again: full, a won cancel, still full. */
 static void max_pending_thread(void *arg) {
   max_pending_thread_t *m = arg;
   uvtw_ticket_t *t = SENTINEL;
   m->rc_full = uvtw_schedule(m->wheel, 10000, task_probe_cb, m->probe, &t);
   m->rc_full_untouched = (t == SENTINEL);
   m->rc_cancel = uvtw_ticket_cancel(m->to_cancel);
+  m->rc_after_cancel = uvtw_schedule(m->wheel, 10000, task_probe_cb, m->probe, NULL);
+}
+
+/* After the loop ran: the cancelled task's place is free, and only it. */
+static void max_pending_thread_after_drain(void *arg) {
+  max_pending_thread_t *m = arg;
   m->ticket = SENTINEL;
-  m->rc_after_cancel = uvtw_schedule(m->wheel, 10000, task_probe_cb, m->probe, &m->ticket);
+  m->rc_after_drain = uvtw_schedule(m->wheel, 10000, task_probe_cb, m->probe, &m->ticket);
   m->rc_full_again = uvtw_schedule(m->wheel, 10000, task_probe_cb, m->probe, NULL);
 }
 
@@ -218,6 +227,7 @@ static void test_max_pending(void) {
   if (!fx_open(&f, "max_pending", &opts))
     return;
   wheel = f.wheel;
+  fx_iteration(&f);
 
   for (int i = 0; i < LIMIT; i++) {
     tickets[i] = NULL;
@@ -238,13 +248,16 @@ static void test_max_pending(void) {
              "cancel: cancelling again after a win returns 0 again");
   tickets[4] = SENTINEL;
   EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[4], &tickets[4]), 0,
-             "max_pending: a won cancel frees its place at once (loop not run in between)");
+             "max_pending: a won cancel on the loop thread frees its place at once (the loop "
+             "lets go of the task in the call)");
   if (tickets[4] == SENTINEL)
     tickets[4] = NULL; /* failed: nothing to cancel or release (both take NULL) */
   EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[15], NULL), UV_ENOBUFS,
              "max_pending: ...and only one place");
 
-  /* The same from another thread: its tasks wait in the queue, which counts. */
+  /* The same from another thread: a cancel there frees the place once the
+   * loop has let go of the task, at its next drain of the queue; its own
+   * tasks wait in the queue, which counts. */
   max_pending_thread_t m = {.wheel = wheel, .to_cancel = tickets[2], .probe = &probes[5]};
   uv_thread_t thread;
   uv_thread_create(&thread, max_pending_thread, &m);
@@ -252,9 +265,14 @@ static void test_max_pending(void) {
   EXPECT_ERR(m.rc_full, UV_ENOBUFS, "max_pending: another thread gets UV_ENOBUFS while full");
   tap_ok(m.rc_full_untouched, "max_pending: ...and its *ticket is untouched");
   EXPECT_ERR(m.rc_cancel, 0, "max_pending: another thread's cancel of a loop-thread task wins");
-  EXPECT_ERR(m.rc_after_cancel, 0,
-             "max_pending: that won cancel frees a place for the other thread at once");
-  tap_ok(m.ticket != SENTINEL && m.ticket != NULL, "max_pending: ...which gets a ticket");
+  EXPECT_ERR(m.rc_after_cancel, UV_ENOBUFS,
+             "max_pending: that cancelled task keeps its place until the loop lets go of it");
+  fx_iteration(&f);
+  uv_thread_create(&thread, max_pending_thread_after_drain, &m);
+  uv_thread_join(&thread);
+  EXPECT_ERR(m.rc_after_drain, 0,
+             "max_pending: once the loop drained the cancel, the other thread gets the place");
+  tap_ok(m.ticket != SENTINEL && m.ticket != NULL, "max_pending: ...and a ticket");
   EXPECT_ERR(m.rc_full_again, UV_ENOBUFS,
              "max_pending: a queued cross-thread task holds its place");
   tickets[5] = m.ticket == SENTINEL ? NULL : m.ticket;
@@ -269,6 +287,7 @@ static void test_max_pending(void) {
   tap_ok(ok, "max_pending: cancelling the other pending tasks wins");
   for (int i = 0; i < 6; i++)
     uvtw_ticket_release(tickets[i]);
+  fx_iteration(&f); /* the task cancelled while queued is let go */
 
   /* Firing also frees places. */
   ok = 1;
@@ -333,6 +352,7 @@ static void test_loop_thread_keeps_alive(void) {
   if (!fx_open(&f, "keep-alive", NULL))
     return;
   wheel = f.wheel;
+  fx_iteration(&f);
   tap_ok(!uv_loop_alive(&f.loop), "keep-alive: an idle wheel does not keep the loop alive");
 
   uv_update_time(&f.loop);
@@ -384,7 +404,8 @@ typedef struct chain_s {
   uint64_t iteration; /* bumped once per loop iteration by the check handle */
   uint64_t last_iteration;
   int links;
-  int same_pass;
+  int same_pass;  /* links that ran in the iteration of the link before */
+  int later_pass; /* links that ran two or more iterations after it */
   int errors;
 } chain_t;
 
@@ -403,6 +424,8 @@ static void chain_cb(void *arg, int status) {
   }
   if (c->links > 0 && c->iteration == c->last_iteration)
     c->same_pass++;
+  if (c->links > 0 && c->iteration > c->last_iteration + 1)
+    c->later_pass++;
   c->last_iteration = c->iteration;
   if (++c->links < CHAIN_LINKS && uvtw_schedule(c->wheel, 0, chain_cb, c, NULL) != 0)
     c->errors++;
@@ -434,6 +457,11 @@ static void test_next_iteration(void) {
               "iteration, never in the same pass"))
     tap_diag("  %d of %d links ran in the same loop iteration as the callback that scheduled them",
              c.same_pass, CHAIN_LINKS - 1);
+  if (!tap_ok(c.later_pass == 0,
+              "next-iteration: ...and in the very next one, not later (a 0 ms task waits no "
+              "longer than a uv_timer_t started with 0 from a uv_timer_t callback)"))
+    tap_diag("  %d of %d links ran two or more iterations after the link before", c.later_pass,
+             CHAIN_LINKS - 1);
   uv_close((uv_handle_t *)&c.check, close_handle_cb);
   fx_close(&f);
 }
@@ -499,6 +527,7 @@ static void test_cancel_leaves_promptly(void) {
     return;
   }
   p->wheel = p->f.wheel;
+  fx_iteration(&p->f);
 
   /* On the loop thread. */
   uint64_t before_ms = uv_hrtime() / 1000000;

@@ -1,5 +1,5 @@
 /* The loop-thread timer API (uvtw_wheel_* and uvtw_timer_*) against the
- * contract in ../shared/spec/API.md: errors, start/restart/stop/again,
+ * contract in include/uvtw.h: errors, start/restart/stop/again,
  * repeats and what a callback sees of its own timer, get_due_in, next_due,
  * saturated timeouts, stats, wakeups, tick_ms, and that an inactive timer
  * holds nothing. Order within a pass is in test_order.c, the comparison
@@ -204,12 +204,17 @@ static void test_again(void) {
   probe_init(wheel, &c, 'c', again_stop_first);
   probe_init(wheel, &d, 'd', again_stop_second);
 
-  /* a: with repeat 0, again stops an active timer */
+  /* a: with repeat 0, again does nothing, as uv_timer_again does: an
+   * active one-shot timer stays active, at its deadline */
+  t0 = uv_now(&f.loop);
   probe_start(&a, 50, 0);
   EXPECT_ERR(uvtw_timer_again(&a.timer), 0, "again with repeat 0 returns 0");
-  EXPECT_U64((uint64_t)uvtw_timer_is_active(&a.timer), 0,
-             "again with repeat 0 stops an active timer");
-  fx_expect_counts(wheel, 0, 1, 1, 0, "after again with repeat 0 stopped an active timer");
+  EXPECT_U64((uint64_t)uvtw_timer_is_active(&a.timer), 1,
+             "again with repeat 0 leaves an active one-shot timer active");
+  EXPECT_U64(uvtw_timer_get_due_in(&a.timer), 50 - (uv_now(&f.loop) - t0),
+             "... at its deadline");
+  fx_expect_counts(wheel, 1, 1, 0, 0, "after again with repeat 0 on an active timer (no change)");
+  uvtw_timer_stop(&a.timer);
   EXPECT_ERR(uvtw_timer_again(&a.timer), 0, "again with repeat 0 on a stopped timer returns 0");
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&a.timer), 0, "... and leaves it inactive");
   fx_expect_counts(wheel, 0, 1, 1, 0, "after again with repeat 0 on an inactive timer (no change)");
@@ -250,7 +255,7 @@ static void test_again(void) {
   EXPECT_U64((uint64_t)d.fires, 2,
              "again on a one-shot that ran makes it run again (then its callback stopped it)");
   tap_ok(b.early == 0 && c.early == 0 && d.early == 0, "timers armed by again never run early");
-  EXPECT_U64((uint64_t)a.fires, 0, "a timer stopped by again never runs");
+  EXPECT_U64((uint64_t)a.fires, 0, "a timer stopped, then given again with repeat 0, never runs");
   fx_close(&f);
   log_reset();
 }

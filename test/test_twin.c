@@ -1,5 +1,5 @@
 /* A wheel timer against a uv_timer_t twin on the same loop and the same
- * libuv, decided at run time (guarantee 2 of ../shared/spec/API.md): every
+ * libuv, decided at run time (guarantee 2 in README.md): every
  * wheel timer has a uv_timer_t started at the same moment with the same
  * timeout, and both record the loop iteration they ran in (the fixture's
  * uv_prepare_t counter). Whatever libuv's timer phase does on the version

@@ -8,7 +8,11 @@
  *
  * Threads: every function here must be called on the thread that runs the
  * wheel's loop, except uvtw_schedule, uvtw_ticket_cancel, uvtw_ticket_release
- * and uvtw_version_string, which any thread may call.
+ * and uvtw_version_string, which any thread may call. As libuv allows for
+ * handles, uvtw_wheel_new may also be called on another thread before the
+ * loop runs there: the loop's thread is the one that runs uv_run, and the
+ * wheel learns it from its loop (or from its first timer start or manual
+ * advance, which are loop-thread calls).
  *
  * Errors are negative libuv error codes (UV_EINVAL, ...); 0 is success. A
  * call that fails changes nothing.
@@ -115,7 +119,13 @@ typedef struct uvtw_stats_s {
 /* A loop-thread timer, allocated by the caller (embed it anywhere). Only
  * `data` is for the caller; the other fields are private. 64 bytes on 64-bit
  * targets (a uv_timer_t is 152). An inactive timer holds nothing: its memory
- * may be freed or reused at any time, except inside its own callback. */
+ * may be freed or reused at any time, inside its own callback too (a
+ * timeout that frees the connection embedding its timer): the library
+ * touches a timer after its callback returns only if the callback started
+ * it again. A timer belongs to its wheel until the wheel's close callback
+ * has run; after it, stop, is_active, get_due_in and has_ref still answer
+ * (the timer is inactive), and uvtw_timer_init may give it to another
+ * wheel; nothing else may be called on it. */
 struct uvtw_timer_s {
   void *data;
   struct {
@@ -130,13 +140,19 @@ struct uvtw_timer_s {
 
 /* ---- The wheel (loop thread only) ------------------------------------- */
 
-/* Creates a wheel on `loop` (opts NULL: tick 1 ms, no task limit, the loop's
- * clock) and stores it in *out. Initializes one uv_timer_t and one
- * unreferenced uv_async_t on the loop, so uv_walk sees them and a loop with
- * an open wheel cannot be closed with uv_loop_close until the wheel is.
- * Errors: loop or out NULL, or manual_clock other than 0 or 1 -> UV_EINVAL;
- * no memory -> UV_ENOMEM; or the error of uv_async_init. Cost: one
- * allocation of about 150 KiB, plus a small one shared with tickets. */
+/* Creates a wheel on `loop` (opts NULL or all zero: tick 1 ms, no task
+ * limit, the loop's clock) and stores it in *out. Initializes one
+ * uv_timer_t and one uv_async_t on the loop, so uv_walk sees them and a
+ * loop with an open wheel cannot be closed with uv_loop_close until the
+ * wheel is. The loop's thread, or another one before the loop runs there.
+ * Until the loop's first iteration has run (or a timer was started) the
+ * uv_async_t is referenced, so a task scheduled before the loop first runs
+ * keeps it alive; uv_run(UV_RUN_DEFAULT) on an otherwise idle loop returns
+ * after that one iteration, without waiting.
+ * Errors: loop or out NULL, manual_clock other than 0 or 1, or a reserved
+ * field not 0 -> UV_EINVAL; no memory -> UV_ENOMEM; or the error of
+ * uv_async_init. Cost: one allocation of about 150 KiB, plus a small one
+ * shared with tickets. */
 UVTW_EXTERN int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **out);
 
 /* Closes the wheel. Pending timers become inactive and never fire. Every
@@ -144,9 +160,15 @@ UVTW_EXTERN int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw
  * inside this call (tasks whose cancel returned 0 never run). Both handles
  * are then closed, and cb(wheel, arg) runs once they are, from the loop; the
  * wheel pointer is valid until cb returns and must not be used afterwards.
- * From this call on, starts and schedules get UV_ECANCELED; stops, cancels
- * and releases still work. Allowed inside any wheel callback. A second call
- * is ignored. `cb` may be NULL. Cost: O(pending entries). */
+ * From this call on, starts, agains and schedules get UV_ECANCELED; stops,
+ * cancels and releases still work. Allowed inside any wheel callback. A
+ * second call is ignored. `cb` may be NULL. Cost: O(pending entries).
+ * Close the wheel before the loop's other handles. A program that closes
+ * every handle itself (a uv_walk that closes each one not already closing,
+ * the wheel's two among them) may call this only after uv_run has finished
+ * those closes, even after uv_loop_close: the wheel then touches neither its
+ * handles nor the loop, ends pending tasks with UV_ECANCELED, runs cb
+ * inside this call and frees itself. */
 UVTW_EXTERN void uvtw_wheel_close(uvtw_wheel_t *wheel, uvtw_close_cb cb, void *arg);
 
 /* The loop the wheel runs on. O(1). */
@@ -178,7 +200,8 @@ UVTW_EXTERN const char *uvtw_version_string(void);
 
 /* Binds `timer` to `wheel`, inactive and referenced. Leaves timer->data
  * alone. Call it once before any other uvtw_timer_* call on the timer, and
- * again only while the timer is inactive. */
+ * again only while the timer is inactive (after its wheel's close callback,
+ * to give it to another wheel). */
 UVTW_EXTERN void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer);
 
 /* Arms the timer to fire `timeout` ms from now on the wheel's clock
@@ -189,17 +212,21 @@ UVTW_EXTERN void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer);
  * timer (never a duplicate). A deadline that overflows saturates: the timer
  * never fires but stays active and stoppable.
  * Errors: timer or cb NULL, or a timer initialized without a wheel ->
- * UV_EINVAL; wheel closing -> UV_ECANCELED. */
+ * UV_EINVAL; wheel closing (from uvtw_wheel_close until its callback) ->
+ * UV_ECANCELED. */
 UVTW_EXTERN int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat);
 
 /* Disarms the timer: its callback will not run. A no-op returning 0 if the
- * timer is inactive. Errors: timer NULL -> UV_EINVAL. */
+ * timer is inactive (so also on a closing or closed wheel, whose timers are
+ * all inactive). Errors: timer NULL -> UV_EINVAL. */
 UVTW_EXTERN int uvtw_timer_stop(uvtw_timer_t *timer);
 
-/* Restarts the timer with timeout = repeat, like uv_timer_again; with repeat
- * == 0 it stops the timer and returns 0 (also on a closing wheel).
- * Errors: timer NULL or never started -> UV_EINVAL; repeat > 0 on a closing
- * wheel -> UV_ECANCELED. */
+/* Restarts the timer with timeout = repeat, as uv_timer_again does. With
+ * repeat == 0 it does nothing and returns 0: an active one-shot timer stays
+ * active at its deadline, as with uv_timer_again in libuv's code (libuv's
+ * documentation says it stops the timer; its code, which programs rely on,
+ * does not). Errors: timer NULL or never started -> UV_EINVAL; wheel
+ * closing -> UV_ECANCELED. */
 UVTW_EXTERN int uvtw_timer_again(uvtw_timer_t *timer);
 
 /* Sets the repeat interval used by the next re-arm or again(); an active
@@ -224,13 +251,18 @@ UVTW_EXTERN void uvtw_timer_unref(uvtw_timer_t *timer);
 UVTW_EXTERN int uvtw_timer_has_ref(const uvtw_timer_t *timer);
 
 /* ---- Any-thread tasks ----------------------------------------------------- */
-/* Tasks are one-shot callbacks that any thread may put on the wheel. From a
- * thread other than the loop's they go through a lock-free queue that the
- * wheel's uv_async_t drains on the loop thread. The uv_async_t is
- * unreferenced: a task from another thread keeps the loop alive only once it
- * is taken in, so keep the loop alive by other means (a handle of your own)
- * while other threads schedule. A task scheduled on the loop thread goes
- * straight into the wheel and keeps the loop alive from the call. */
+/* Tasks are one-shot callbacks that any thread may put on the wheel. The
+ * loop thread is the one running uv_run on the wheel's loop, which need not
+ * be the one that made the wheel. A task from any other thread, or from
+ * before the wheel has learnt its loop's thread (its loop's first
+ * iteration, or its first timer start), goes through a lock-free queue that
+ * the wheel's uv_async_t drains on the loop thread. Once the loop runs, the
+ * uv_async_t is unreferenced: a task from another thread keeps the loop
+ * alive only once it is taken in, so keep the loop alive by other means (a
+ * handle of your own) while other threads schedule. A task scheduled on the
+ * loop thread goes straight into the wheel, and one scheduled before the
+ * loop first runs waits in the queue; both keep the loop alive from the
+ * call. */
 
 /* Schedules cb(arg, 0) to run on the loop thread `timeout` ms after this
  * call. On a loop-clock wheel the deadline is taken now with uv_hrtime(), so
@@ -240,6 +272,8 @@ UVTW_EXTERN int uvtw_timer_has_ref(const uvtw_timer_t *timer);
  * Tasks from one thread with equal timeouts run in call order.
  * If `ticket` is non-NULL, *ticket receives a handle that must be released
  * exactly once with uvtw_ticket_release; NULL means fire-and-forget.
+ * *ticket is written before the task can run, so its callback may read it
+ * from where `ticket` points (a field of `arg`, say).
  * Any thread. Cost: one allocation and a few atomic operations, plus one
  * uv_async_send when the queue was empty.
  * Errors (nothing queued, *ticket untouched): wheel or cb NULL -> UV_EINVAL;
@@ -251,8 +285,11 @@ UVTW_EXTERN int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_c
                               uvtw_ticket_t **ticket);
 
 /* Cancels the task. Returns 0 if the cancel won: the callback will never run
- * (again 0 on a repeat call); its place under max_pending is freed at once
- * and the wheel drops the entry promptly. Returns UV_EALREADY if the
+ * (again 0 on a repeat call), and the wheel drops the entry promptly. The
+ * task keeps its place under max_pending until the loop has let go of it:
+ * at once on the loop thread, else at the loop's next drain of its queue
+ * (not at the deadline), so max_pending bounds the memory tasks hold even
+ * while the loop is busy. Returns UV_EALREADY if the
  * callback has started or finished (with status 0, or UV_ECANCELED because
  * the wheel closed). Exactly one of the two, under any interleaving. Any
  * thread, also after the wheel was closed and freed. Lock-free, O(1).

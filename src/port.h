@@ -1,6 +1,8 @@
 /* What the C standard leaves to each compiler: bit scans, and keeping a
  * function out of line; with GCC and Clang's builtins and attributes, and
- * in plain C for any other compiler. */
+ * in plain C for any other compiler. The library also needs C11
+ * <stdatomic.h>, which every compiler it builds with has (meson.build
+ * refuses MSVC, whose C compiler has it only as an experiment). */
 #ifndef UVTW_PORT_H
 #define UVTW_PORT_H
 

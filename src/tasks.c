@@ -4,7 +4,9 @@
  * A task is a wheel entry like a timer: it embeds a uvtw_timer_t whose
  * callback is uvtw__task_fire. From other threads it travels through the
  * MPSC queue (mpsc.c), which the wheel's uv_async_t drains; the loop thread
- * files its own tasks directly. A task's life is an atomic state:
+ * files its own tasks directly. Which thread that is, the wheel learns from
+ * its loop (learn_thread in loop.c); until then every task is queued. A
+ * task's life is an atomic state:
  *
  *     QUEUED --(loop takes it in)--> IN_WHEEL --(due, or wheel closes)--> DONE
  *        \                              |
@@ -19,7 +21,9 @@
  * another thread of a task in the wheel sends the task's queue node again,
  * as a message that has the loop unlink it now rather than at its deadline;
  * the loop tells the two messages apart by the state (QUEUED: take it in)
- * and by whether the entry is still linked.
+ * and by whether it ever filed the task. A task holds its place under
+ * max_pending until the loop lets go of it (let_go), not until the cancel:
+ * so max_pending bounds the tasks' memory even while the loop is busy.
  *
  * The part other threads touch (the queue, counters) is a separate
  * allocation, uvtw_shared_t, that lives until the wheel and every task are

@@ -165,18 +165,22 @@ static void let_go(uvtw_ticket_t *task) {
 }
 
 /* Ends a task that has left the wheel (or never entered it): runs its
- * callback with `status` unless it was cancelled, then lets go of it. */
+ * callback with `status` unless it was cancelled, and lets go of it. A task
+ * that runs gives its place back first, so its callback may schedule the
+ * next one. */
 static void settle(uvtw_wheel_t *w, uvtw_ticket_t *task, int status) {
   int expected = TASK_IN_WHEEL;
-  if (atomic_compare_exchange_strong(&task->state, &expected, TASK_DONE)) {
-    if (status == 0)
-      uvtw__note_fired(w, uvtw__ticks_up(w, task->due));
-    task->cb(task->arg, status);
-  } else {
+  if (!atomic_compare_exchange_strong(&task->state, &expected, TASK_DONE)) {
     assert(expected == TASK_CANCELLED);
     atomic_fetch_sub(&task->shared->cancelled_linked, 1);
+    let_go(task);
+    return;
   }
-  let_go(task);
+  pending_put(task->shared);
+  if (status == 0)
+    uvtw__note_fired(w, uvtw__ticks_up(w, task->due));
+  task->cb(task->arg, status);
+  task_unref(task);
 }
 
 void uvtw__task_fire(uvtw_timer_t *entry) {

@@ -24,6 +24,8 @@
  *   max_pending_blocked ..... cancelled tasks hold their max_pending places
  *                             while the loop is blocked, and give them back at
  *                             the loop's next drain, long before their deadline
+ *   max_pending_chain ....... at max_pending = 1, a task's callback schedules
+ *                             the next task
  *   freed_in_callback ....... connections freed inside their own timeout
  *                             callbacks, one-shot and repeating (ASan, Valgrind)
  *   walk_after_close ........ uvtw_wheel_close, then a uv_walk closing every
@@ -145,8 +147,7 @@ static void test_busy_two_wheels(void) {
   EXPECT_U64(f.watchdog_fired, 0, "%s: uv_run(DEFAULT) returned (no endless timer phase)", T);
   tap_ok(busy.a.runs >= BUSY_ITERATIONS && busy.b.runs >= BUSY_ITERATIONS,
          "%s: both timers ran every round", T);
-  EXPECT_U64(busy.a.twice + busy.b.twice, 0,
-             "%s: neither ran twice in one loop iteration", T);
+  EXPECT_U64(busy.a.twice + busy.b.twice, 0, "%s: neither ran twice in one loop iteration", T);
   if (!tap_ok(f.iter - iter0 >= BUSY_ITERATIONS - 1,
               "%s: the rounds spread over loop iterations, one each", T))
     tap_diag("  %d rounds in %" PRIu64 " iterations", busy.a.runs, f.iter - iter0);
@@ -221,8 +222,7 @@ static void test_again_twin(void) {
                "%s: pair %d: the first callback in the uv_timer_t's loop iteration", T, i);
   }
   EXPECT_U64(p[ONE_SHOT].w_fires, 1, "%s: the one-shot timer given again fired once", T);
-  EXPECT_ERR(uvtw_timer_again(&p[ONE_SHOT].w), 0, "%s: again on a one-shot that ran returns 0",
-             T);
+  EXPECT_ERR(uvtw_timer_again(&p[ONE_SHOT].w), 0, "%s: again on a one-shot that ran returns 0", T);
   EXPECT_U64(!!uvtw_timer_is_active(&p[ONE_SHOT].w), 0, "%s: ...and leaves it inactive", T);
   for (int i = 0; i < PAIRS; i++)
     fx_close_handle(&p[i].u);
@@ -295,8 +295,8 @@ static void test_loop_on_other_thread(void) {
              "%s: a 0 ms task from the making thread is accepted", T);
   EXPECT_ERR(uvtw_schedule(o->f.wheel, 5, remote_probe_cb, &o->held_probe, &held), 0,
              "%s: a 5 ms task with a ticket too", T);
-  EXPECT_ERR(uvtw_schedule(o->f.wheel, 10000, remote_probe_cb, &o->cancelled_probe, &cancelled),
-             0, "%s: and a 10 s task", T);
+  EXPECT_ERR(uvtw_schedule(o->f.wheel, 10000, remote_probe_cb, &o->cancelled_probe, &cancelled), 0,
+             "%s: and a 10 s task", T);
   wait_calls(&o->now_probe, 1, 1000);
   wait_calls(&o->held_probe, 1, 1000);
   EXPECT_U64(atomic_load(&o->now_probe.calls), 1, "%s: the 0 ms task ran within 1 s", T);
@@ -361,8 +361,7 @@ static void before_first_run(bool other_thread, const char *T) {
 
   /* An idle wheel: uv_run(DEFAULT) returns at once. */
   uint64_t t1 = uv_hrtime();
-  EXPECT_I64(uv_run(&e->f.loop, UV_RUN_DEFAULT), 0, "%s: with nothing pending uv_run returns 0",
-             T);
+  EXPECT_I64(uv_run(&e->f.loop, UV_RUN_DEFAULT), 0, "%s: with nothing pending uv_run returns 0", T);
   tap_ok(uv_hrtime() - t1 < 500 * NS_PER_MS, "%s: ...at once", T);
   EXPECT_U64(!!uv_loop_alive(&e->f.loop), 0,
              "%s: once the loop has run, an idle wheel does not keep it alive", T);
@@ -458,8 +457,7 @@ static void test_ticket_in_arg(void) {
     uvtw_ticket_release(r->ctx[i].ticket);
   }
   EXPECT_U64(ok, TICKET_TASKS,
-             "%s: every callback read its own ticket from its argument, written before it ran",
-             T);
+             "%s: every callback read its own ticket from its argument, written before it ran", T);
   fx_close(&f);
   free(r);
 }
@@ -525,8 +523,8 @@ static void test_max_pending_blocked(void) {
   uv_run(&f.loop, UV_RUN_ONCE); /* runs the blocker: the loop is busy meanwhile */
   while (h->scheduled == 0 && !f.watchdog_fired)
     uv_run(&f.loop, UV_RUN_ONCE);
-  EXPECT_U64(h->scheduled, HELD_LIMIT, "%s: %d tasks fill max_pending while the loop is blocked",
-             T, HELD_LIMIT);
+  EXPECT_U64(h->scheduled, HELD_LIMIT, "%s: %d tasks fill max_pending while the loop is blocked", T,
+             HELD_LIMIT);
   EXPECT_U64(h->cancelled, HELD_LIMIT, "%s: every cancel wins", T);
   EXPECT_U64(h->full_while_blocked, 1,
              "%s: the cancelled tasks keep their places while the loop has not let go of them "
@@ -555,6 +553,39 @@ static void test_max_pending_blocked(void) {
   fx_close_handle(&h->blocker);
   fx_close(&f);
   free(h);
+}
+
+/* A periodic task at max_pending = 1: each run schedules the next. */
+typedef struct chain_s {
+  uvtw_wheel_t *wheel;
+  int runs, errors;
+} chain_t;
+
+enum { CHAIN_RUNS = 20 };
+
+static void chain_cb(void *arg, int status) {
+  chain_t *c = arg;
+  c->runs++;
+  if (status == 0 && c->runs < CHAIN_RUNS && uvtw_schedule(c->wheel, 1, chain_cb, c, NULL) != 0)
+    c->errors++;
+}
+
+static void test_max_pending_chain(void) {
+  const char *T = "max_pending_chain";
+  uvtw_options_t opts = {.max_pending = 1};
+  fx_t f;
+  chain_t c = {NULL, 0, 0};
+  if (!fx_open(&f, T, &opts))
+    return;
+  c.wheel = f.wheel;
+  EXPECT_ERR(uvtw_schedule(f.wheel, 1, chain_cb, &c, NULL), 0, "%s: the first task", T);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  EXPECT_U64(c.runs, CHAIN_RUNS,
+             "%s: a task that runs gives its place back before its callback, which schedules "
+             "the next one",
+             T);
+  EXPECT_U64(c.errors, 0, "%s: no schedule from a callback got UV_ENOBUFS", T);
+  fx_close(&f);
 }
 
 /* ---- Connections freed inside their own timeout callbacks ----------------- */
@@ -649,8 +680,7 @@ static void test_walk_before_close(void) {
   /* The program's shutdown: close every handle, run the loop, close it. */
   uv_walk(loop, close_any, NULL);
   uv_run(loop, UV_RUN_DEFAULT);
-  EXPECT_ERR(uv_loop_close(loop), 0, "%s: uv_loop_close returns 0 (the wheel's handles closed)",
-             T);
+  EXPECT_ERR(uv_loop_close(loop), 0, "%s: uv_loop_close returns 0 (the wheel's handles closed)", T);
   memset(loop, 0xa5, sizeof *loop); /* the loop is gone: the wheel must not read it */
   free(loop);
   EXPECT_U64(pending.calls, 0, "%s: the task has not run yet", T);
@@ -691,8 +721,8 @@ static void test_walk_before_close(void) {
 static const tap_case_t cases[] = {
     TAP_CASE(busy_uv_timer_starts), TAP_CASE(busy_two_wheels),   TAP_CASE(again_twin),
     TAP_CASE(loop_on_other_thread), TAP_CASE(before_first_run),  TAP_CASE(ticket_in_arg),
-    TAP_CASE(max_pending_blocked),  TAP_CASE(freed_in_callback), TAP_CASE(walk_after_close),
-    TAP_CASE(walk_before_close),
+    TAP_CASE(max_pending_blocked),  TAP_CASE(max_pending_chain), TAP_CASE(freed_in_callback),
+    TAP_CASE(walk_after_close),     TAP_CASE(walk_before_close),
 };
 
 FX_MAIN(cases)

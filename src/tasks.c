@@ -46,7 +46,7 @@ enum task_state { TASK_QUEUED, TASK_IN_WHEEL, TASK_CANCELLED, TASK_DONE };
 
 struct uvtw_shared_s {
   /* Set at creation, read-only afterwards. */
-  uvtw_wheel_t *wheel; /* other threads use it only inside the gate */
+  uvtw_wheel_t *wheel;  /* other threads use it only inside the gate */
   uint32_t max_pending; /* 0: unlimited, `pending` not kept */
   bool manual;
   mpsc_t queue;

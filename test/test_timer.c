@@ -211,8 +211,7 @@ static void test_again(void) {
   EXPECT_ERR(uvtw_timer_again(&a.timer), 0, "again with repeat 0 returns 0");
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&a.timer), 1,
              "again with repeat 0 leaves an active one-shot timer active");
-  EXPECT_U64(uvtw_timer_get_due_in(&a.timer), 50 - (uv_now(&f.loop) - t0),
-             "... at its deadline");
+  EXPECT_U64(uvtw_timer_get_due_in(&a.timer), 50 - (uv_now(&f.loop) - t0), "... at its deadline");
   fx_expect_counts(wheel, 1, 1, 0, 0, "after again with repeat 0 on an active timer (no change)");
   uvtw_timer_stop(&a.timer);
   EXPECT_ERR(uvtw_timer_again(&a.timer), 0, "again with repeat 0 on a stopped timer returns 0");

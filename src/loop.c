@@ -71,7 +71,9 @@ uint64_t uvtw__clock_ms(const uvtw_wheel_t *w) {
 uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms) {
   if (w->tick_ms == 1 || ms == UINT64_MAX)
     return ms;
-  return ms / w->tick_ms + (ms % w->tick_ms != 0);
+  uint64_t ticks = ms / w->tick_ms + (ms % w->tick_ms != 0);
+  /* A deadline whose multiple of tick_ms is past UINT64_MAX ms saturates. */
+  return ticks > UINT64_MAX / w->tick_ms ? UINT64_MAX : ticks;
 }
 
 static inline uint64_t ticks_down(const uvtw_wheel_t *w, uint64_t ms) {

@@ -395,6 +395,16 @@ static void test_manual_advance_next(void) {
              "manual clock, tick_ms 16: advance_next moves to the rounded deadline");
   EXPECT_U64(a.fires, 1, "manual clock, tick_ms 16: the timer ran");
   EXPECT_U64(a.fires ? a.now[0] : 0, want, "manual clock, tick_ms 16: seeing the rounded time");
+
+  /* A deadline below UINT64_MAX ms whose round-up passes it saturates. */
+  uint64_t now = uvtw_wheel_now(f.wheel);
+  probe_start(&a, UINT64_MAX - 5 - now, 0);
+  EXPECT_I64(uvtw_wheel_next_due(f.wheel), INT64_MAX,
+             "manual clock, tick_ms 16: a deadline rounded up past UINT64_MAX ms saturates");
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EAGAIN,
+             "manual clock, tick_ms 16: ...so advance_next finds nothing that can fire");
+  EXPECT_U64(a.fires, 1, "manual clock, tick_ms 16: ...and it never fires");
+  EXPECT_U64(!!uvtw_timer_is_active(&a.timer), 1, "manual clock, tick_ms 16: ...but stays active");
   fx_close(&f);
 }
 

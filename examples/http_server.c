@@ -19,8 +19,9 @@
  *
  * Requests on one connection are answered one at a time, in order.
  *
- * The server is a library (http_server.h): http_server_main.c is the
- * program, and test_http_timeouts.c runs it on a manual clock.
+ * The server is a library (http_server.h) whose state is one struct per
+ * loop, http_server_t: http_workers.c runs one per thread for the program,
+ * and test_http_timeouts.c runs one on a manual clock.
  *
  * Parser: llhttp (Node's own), from Debian's node-llhttp sources. */
 #ifndef _POSIX_C_SOURCE
@@ -42,10 +43,7 @@
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
-/* ---- Options and counters ------------------------------------------------ */
-
-static http_server_config_t config;
-static http_server_counters_t counters;
+/* ---- Limits --------------------------------------------------------------- */
 
 #define LINGER_MS 2000      /* lingering close: the longest wait for the client's EOF */
 #define ACCEPT_RETRY_MS 50  /* after a failed allocation at accept */
@@ -58,16 +56,32 @@ static const char *const close_reason_names[CLOSE_REASONS] = {
     "closed_send_timeout",    "closed_by_peer",         "closed_not_keepalive",
     "closed_bad_request",     "closed_no_memory",       "closed_shutdown"};
 
-/* ---- The clock ------------------------------------------------------------ */
+/* ---- The server ------------------------------------------------------------- */
 
-static uv_loop_t *loop;
-static uvtw_wheel_t *wheel;
+typedef struct conn_s conn_t;
+
+struct http_server_s {
+  http_server_config_t config;
+  http_server_counters_t counters;
+  uv_loop_t *loop;
+  uvtw_wheel_t *wheel;          /* NULL once closed */
+  uvtw_stats_t wheel_final;     /* the wheel's statistics just before it closed */
+  uv_tcp_t listener;
+  uvtw_timer_t accept_retry_timer, grace_timer;
+  int accept_waiting;           /* a connection waits in the listener for memory */
+  conn_t *connections;          /* list head */
+  int shutting_down, wheel_closing;
+  int listening_port;
+  char read_buffer[64 * 1024];  /* one loop thread: reads are parsed at once */
+};
+
+/* ---- The clock ------------------------------------------------------------ */
 
 /* The time every timeout counts on: the wheel's. That is uv_now(loop) for a
  * wheel on the loop's clock (the program); under a manual clock (the tests)
  * it is the time the test has advanced the wheel to. */
-static uint64_t now_ms(void) {
-  return uvtw_wheel_now(wheel);
+static uint64_t now_ms(const http_server_t *s) {
+  return uvtw_wheel_now(s->wheel);
 }
 
 /* ---- Connection timers: the one seam between uvtw and uv_timer_t ----------
@@ -77,8 +91,8 @@ static uint64_t now_ms(void) {
 #ifdef USE_UV_TIMER
 typedef uv_timer_t conn_timer_t;
 #define TIMER_IMPL "uv_timer"
-static void ctimer_init(conn_timer_t *t, void *data) {
-  uv_timer_init(loop, t);
+static void ctimer_init(http_server_t *s, conn_timer_t *t, void *data) {
+  uv_timer_init(s->loop, t);
   t->data = data;
 }
 static int ctimer_start(conn_timer_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
@@ -98,8 +112,8 @@ static int ctimer_close(conn_timer_t *t, uv_close_cb cb) {
 #else
 typedef uvtw_timer_t conn_timer_t;
 #define TIMER_IMPL "uvtw"
-static void ctimer_init(conn_timer_t *t, void *data) {
-  uvtw_timer_init(wheel, t);
+static void ctimer_init(http_server_t *s, conn_timer_t *t, void *data) {
+  uvtw_timer_init(s->wheel, t);
   t->data = data;
 }
 static int ctimer_start(conn_timer_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
@@ -130,7 +144,8 @@ enum conn_state { ST_READING, ST_IDLE, ST_HANDLING, ST_WRITING, ST_DRAINING, ST_
 
 typedef struct delay_job_s delay_job_t;
 
-typedef struct conn_s {
+struct conn_s {
+  http_server_t *server;
   uv_tcp_t tcp;
   llhttp_t parser;
   timeout_t headers_timeout, request_timeout;
@@ -158,7 +173,7 @@ typedef struct conn_s {
   uint16_t error_status;      /* an error response decided inside a parser callback */
   uint8_t handles_open;       /* close callbacks still to come; freed at 0 */
   char url[URL_MAX];
-} conn_t;
+};
 
 enum { URL_TRUNCATED = 1, URL_SKIP_AUTHORITY = 2 };
 enum { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
@@ -166,6 +181,8 @@ enum { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
 /* A /delay answer: rendered on a worker thread, sent when its task is due. */
 struct delay_job_s {
   uv_work_t work;
+  http_server_t *server;   /* loop thread only */
+  uvtw_wheel_t *wheel;     /* the server's: the worker schedules the answer on it */
   conn_t *conn;            /* loop thread only; NULL once the connection closed */
   uint64_t delay_ms;       /* set before queueing; read by the worker */
   uint64_t requested_ns;   /* uv_hrtime() when the request was complete */
@@ -177,61 +194,55 @@ struct delay_job_s {
   char body[64];           /* written by the worker before uvtw_schedule */
 };
 
-static uv_tcp_t server;
-static uv_signal_t sigint_handle, sigterm_handle;
-static uvtw_timer_t accept_retry_timer, grace_timer;
-static int accept_waiting;      /* a connection waits in the listener for memory */
-static conn_t *connections;     /* list head */
-static uint64_t work_in_flight; /* delay jobs whose after_work has not run */
-static int shutting_down, wheel_closing, exit_status;
-static uint64_t shutdown_started_ms;
-static llhttp_settings_t parser_settings;
+static llhttp_settings_t parser_settings; /* the same for every server: set once */
 
 static void conn_close(conn_t *c, enum http_close_reason reason);
 static void conn_feed(conn_t *c, const char *data, size_t len);
 static void conn_resume(conn_t *c);
 static int conn_read_start(conn_t *c);
-static void maybe_finish_shutdown(void);
+static void maybe_finish_shutdown(http_server_t *s);
 
 /* ---- Timeouts ------------------------------------------------------------- */
 
 static void timeout_init(conn_t *c, timeout_t *t) {
-  ctimer_init(&t->timer, c);
+  ctimer_init(c->server, &t->timer, c);
   t->deadline = 0;
 }
 
 /* Arms (or re-arms) the timeout; ms == 0 leaves it disarmed (disabled). */
-static void timeout_start(timeout_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
+static void timeout_start(conn_t *c, timeout_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
+  http_server_t *s = c->server;
   int was_active = ctimer_active(&t->timer);
   int r;
   if (ms == 0)
     return;
-  t->deadline = now_ms() + ms;
+  t->deadline = now_ms(s) + ms;
   r = ctimer_start(&t->timer, cb, ms);
   if (r != 0) {
     fprintf(stderr, "http_server: timer start: %s\n", uv_strerror(r));
     return;
   }
-  if (!was_active && ++counters.timers_armed > counters.timers_armed_peak)
-    counters.timers_armed_peak = counters.timers_armed;
+  if (!was_active && ++s->counters.timers_armed > s->counters.timers_armed_peak)
+    s->counters.timers_armed_peak = s->counters.timers_armed;
 }
 
-static void timeout_stop(timeout_t *t) {
+static void timeout_stop(conn_t *c, timeout_t *t) {
   if (!ctimer_active(&t->timer))
     return;
   ctimer_stop(&t->timer);
-  counters.timers_armed--;
+  c->server->counters.timers_armed--;
 }
 
 /* Bookkeeping at the top of every timeout callback (the timer is one-shot,
  * so it is already inactive). */
-static void timeout_fired(timeout_t *t) {
-  uint64_t now = now_ms();
-  counters.timers_armed--;
+static void timeout_fired(conn_t *c, timeout_t *t) {
+  http_server_t *s = c->server;
+  uint64_t now = now_ms(s);
+  s->counters.timers_armed--;
   if (now < t->deadline)
-    counters.early_fires++;
-  else if (now - t->deadline > counters.late_max_ms)
-    counters.late_max_ms = now - t->deadline;
+    s->counters.early_fires++;
+  else if (now - t->deadline > s->counters.late_max_ms)
+    s->counters.late_max_ms = now - t->deadline;
 }
 
 /* ---- Stats ---------------------------------------------------------------- */
@@ -247,14 +258,75 @@ static long rss_kib(void) {
   return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+void http_server_stats(const http_server_t *s, http_server_stats_t *stats) {
+  stats->counters = s->counters;
+  if (s->wheel != NULL)
+    uvtw_wheel_stats(s->wheel, &stats->wheel);
+  else
+    stats->wheel = s->wheel_final;
+}
+
+static void add_max(uint64_t *sum, uint64_t more) {
+  if (more > *sum)
+    *sum = more;
+}
+
+void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *more) {
+  http_server_counters_t *c = &sum->counters;
+  const http_server_counters_t *m = &more->counters;
+  uvtw_stats_t *w = &sum->wheel;
+  const uvtw_stats_t *mw = &more->wheel;
+  int i;
+  c->accepted += m->accepted;
+  c->open += m->open;
+  c->open_peak += m->open_peak;
+  c->accept_errors += m->accept_errors;
+  c->accept_nomem += m->accept_nomem;
+  c->requests += m->requests;
+  c->received += m->received;
+  c->headers_timeouts += m->headers_timeouts;
+  c->request_timeouts += m->request_timeouts;
+  for (i = 0; i < CLOSE_REASONS; i++)
+    c->closed[i] += m->closed[i];
+  c->linger_timeouts += m->linger_timeouts;
+  c->timers_armed += m->timers_armed;
+  c->timers_armed_peak += m->timers_armed_peak;
+  c->early_fires += m->early_fires;
+  add_max(&c->late_max_ms, m->late_max_ms);
+  c->delay_scheduled += m->delay_scheduled;
+  c->delay_fired += m->delay_fired;
+  c->delay_cancelled += m->delay_cancelled;
+  c->delay_failed += m->delay_failed;
+  c->delay_in_flight += m->delay_in_flight;
+  c->drain_answered += m->drain_answered;
+  c->drain_dropped += m->drain_dropped;
+  c->buffered += m->buffered;
+  c->buffered_peak += m->buffered_peak;
+  w->active += mw->active;
+  w->started += mw->started;
+  w->stopped += mw->stopped;
+  w->fired += mw->fired;
+  w->cascaded += mw->cascaded;
+  w->wakeups += mw->wakeups;
+  w->wasted_wakeups += mw->wasted_wakeups;
+  w->remote_batches += mw->remote_batches;
+  add_max(&w->late_max_ms, mw->late_max_ms);
+}
+
 /* One line of key=value pairs (no newline). */
-static size_t format_stats(char *out, size_t size) {
-  uvtw_stats_t ws;
+size_t http_server_format_stats(const http_server_t *s, const http_server_stats_t *stats,
+                                char *out, size_t size) {
+  http_server_stats_t own;
+  const http_server_counters_t *c;
+  const uvtw_stats_t *ws;
   size_t n = 0;
   int i;
-  memset(&ws, 0, sizeof ws);
-  if (wheel != NULL)
-    uvtw_wheel_stats(wheel, &ws);
+  if (stats == NULL) {
+    http_server_stats(s, &own);
+    stats = &own;
+  }
+  c = &stats->counters;
+  ws = &stats->wheel;
 #define PUT(...)                                                                         \
   do {                                                                                   \
     int w_ = snprintf(out + n, n < size ? size - n : 0, __VA_ARGS__);                    \
@@ -266,36 +338,33 @@ static size_t format_stats(char *out, size_t size) {
   PUT(" headers_timeout_ms=%" PRIu64 " request_timeout_ms=%" PRIu64
       " keep_alive_timeout_ms=%" PRIu64 " keep_alive_timeout_buffer_ms=%" PRIu64
       " send_timeout_ms=%" PRIu64,
-      config.headers_timeout, config.request_timeout, config.keep_alive_timeout,
-      config.keep_alive_timeout_buffer, config.send_timeout);
+      s->config.headers_timeout, s->config.request_timeout, s->config.keep_alive_timeout,
+      s->config.keep_alive_timeout_buffer, s->config.send_timeout);
   PUT(" accepted=%" PRIu64 " open=%" PRIu64 " open_peak=%" PRIu64 " accept_errors=%" PRIu64
       " accept_nomem=%" PRIu64 " requests=%" PRIu64,
-      counters.accepted, counters.open, counters.open_peak, counters.accept_errors,
-      counters.accept_nomem, counters.requests);
+      c->accepted, c->open, c->open_peak, c->accept_errors, c->accept_nomem, c->requests);
   for (i = 0; i < CLOSE_REASONS; i++)
-    PUT(" %s=%" PRIu64, close_reason_names[i], counters.closed[i]);
+    PUT(" %s=%" PRIu64, close_reason_names[i], c->closed[i]);
   PUT(" received_bytes=%" PRIu64 " headers_timeouts=%" PRIu64 " request_timeouts=%" PRIu64,
-      counters.received, counters.headers_timeouts, counters.request_timeouts);
+      c->received, c->headers_timeouts, c->request_timeouts);
   PUT(" linger_timeouts=%" PRIu64 " drain_answered=%" PRIu64 " drain_dropped=%" PRIu64
       " buffered_bytes=%" PRIu64 " buffered_bytes_peak=%" PRIu64,
-      counters.linger_timeouts, counters.drain_answered, counters.drain_dropped,
-      counters.buffered, counters.buffered_peak);
+      c->linger_timeouts, c->drain_answered, c->drain_dropped, c->buffered, c->buffered_peak);
   PUT(" timers_armed=%" PRIu64 " timers_armed_peak=%" PRIu64 " early_fires=%" PRIu64
       " late_max_ms=%" PRIu64,
-      counters.timers_armed, counters.timers_armed_peak, counters.early_fires,
-      counters.late_max_ms);
+      c->timers_armed, c->timers_armed_peak, c->early_fires, c->late_max_ms);
   PUT(" delay_scheduled=%" PRIu64 " delay_fired=%" PRIu64 " delay_cancelled=%" PRIu64
       " delay_failed=%" PRIu64 " delay_in_flight=%" PRIu64,
-      counters.delay_scheduled, counters.delay_fired, counters.delay_cancelled,
-      counters.delay_failed, work_in_flight);
+      c->delay_scheduled, c->delay_fired, c->delay_cancelled, c->delay_failed,
+      c->delay_in_flight);
   PUT(" conn_bytes=%zu timer_bytes=%zu rss_kib=%ld", sizeof(conn_t), sizeof(conn_timer_t),
       rss_kib());
   PUT(" wheel_active=%" PRIu64 " wheel_started=%" PRIu64 " wheel_stopped=%" PRIu64
       " wheel_fired=%" PRIu64 " wheel_cascaded=%" PRIu64 " wheel_wakeups=%" PRIu64
       " wheel_wasted_wakeups=%" PRIu64 " wheel_remote_batches=%" PRIu64
       " wheel_late_max_ms=%" PRIu64,
-      ws.active, ws.started, ws.stopped, ws.fired, ws.cascaded, ws.wakeups,
-      ws.wasted_wakeups, ws.remote_batches, ws.late_max_ms);
+      ws->active, ws->started, ws->stopped, ws->fired, ws->cascaded, ws->wakeups,
+      ws->wasted_wakeups, ws->remote_batches, ws->late_max_ms);
 #undef PUT
   return n < size ? n : size - 1;
 }
@@ -335,7 +404,7 @@ static void conn_finish(conn_t *c) {
     return;
   }
   c->state = ST_LINGERING;
-  timeout_start(&c->io_timeout, on_linger_timeout, LINGER_MS);
+  timeout_start(c, &c->io_timeout, on_linger_timeout, LINGER_MS);
   if (!c->reading && conn_read_start(c) != 0)
     conn_close(c, (enum http_close_reason)c->close_reason);
 }
@@ -343,8 +412,9 @@ static void conn_finish(conn_t *c) {
 static void on_write(uv_write_t *req, int status) {
   write_req_t *w = container_of(req, write_req_t, req);
   conn_t *c = w->conn;
+  http_server_t *s = c->server;
   int interim = w->interim;
-  counters.buffered -= w->len;
+  s->counters.buffered -= w->len;
   free(w);
   if (c->state == ST_CLOSING)
     return; /* cancelled by uv_close */
@@ -354,10 +424,10 @@ static void on_write(uv_write_t *req, int status) {
   }
   if (interim)
     return;
-  timeout_stop(&c->io_timeout); /* the send timeout */
-  counters.requests++;
-  if (shutting_down)
-    counters.drain_answered++;
+  timeout_stop(c, &c->io_timeout); /* the send timeout */
+  s->counters.requests++;
+  if (s->shutting_down)
+    s->counters.drain_answered++;
   if (c->state == ST_DRAINING) {
     conn_finish(c);
     return;
@@ -366,15 +436,15 @@ static void on_write(uv_write_t *req, int status) {
   conn_resume(c);
 }
 
-static void buffered_add(size_t n) {
-  counters.buffered += n;
-  if (counters.buffered > counters.buffered_peak)
-    counters.buffered_peak = counters.buffered;
+static void buffered_add(http_server_t *s, size_t n) {
+  s->counters.buffered += n;
+  if (s->counters.buffered > s->counters.buffered_peak)
+    s->counters.buffered_peak = s->counters.buffered;
 }
 
 static void pending_free(conn_t *c) {
   free(c->pending);
-  counters.buffered -= c->pending_cap;
+  c->server->counters.buffered -= c->pending_cap;
   c->pending = NULL;
   c->pending_len = c->pending_off = c->pending_cap = 0;
 }
@@ -392,9 +462,9 @@ static int conn_write(conn_t *c, write_req_t *w, size_t len) {
     return r;
   }
   w->len = len;
-  buffered_add(len);
+  buffered_add(c->server, len);
   if (!w->interim && uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0)
-    timeout_start(&c->io_timeout, on_send_timeout, config.send_timeout);
+    timeout_start(c, &c->io_timeout, on_send_timeout, c->server->config.send_timeout);
   return 0;
 }
 
@@ -402,6 +472,7 @@ static int conn_write(conn_t *c, write_req_t *w, size_t len) {
  * A HEAD request gets the headers, Content-Length included, without the body. */
 static void conn_respond(conn_t *c, int status, const char *reason, const char *body,
                          size_t body_len, int final) {
+  http_server_t *s = c->server;
   static const char fmt[] = "HTTP/1.1 %d %s\r\n"
                             "Content-Type: text/plain\r\n"
                             "Content-Length: %zu\r\n"
@@ -412,16 +483,16 @@ static void conn_respond(conn_t *c, int status, const char *reason, const char *
   int send_body = c->method != HTTP_HEAD;
   /* While shutting down, or after the client's EOF, the answer to the last
    * request received closes the connection. */
-  if ((shutting_down || c->peer_ended) && c->pending_off == c->pending_len)
+  if ((s->shutting_down || c->peer_ended) && c->pending_off == c->pending_len)
     final = 1;
   if (!c->keep_alive)
     final = 1;
   if (final)
     snprintf(conn_header, sizeof conn_header, "Connection: close\r\n");
-  else if (config.keep_alive_timeout > 0)
+  else if (s->config.keep_alive_timeout > 0)
     snprintf(conn_header, sizeof conn_header,
              "Connection: keep-alive\r\nKeep-Alive: timeout=%" PRIu64 "\r\n",
-             config.keep_alive_timeout / 1000);
+             s->config.keep_alive_timeout / 1000);
   else
     snprintf(conn_header, sizeof conn_header, "Connection: keep-alive\r\n");
   cap = sizeof fmt + 32 + strlen(reason) + strlen(conn_header) + body_len;
@@ -439,7 +510,7 @@ static void conn_respond(conn_t *c, int status, const char *reason, const char *
   if (final) {
     c->state = ST_DRAINING;
     if (c->close_reason == CLOSE_PEER) { /* the default: no timeout or error named one */
-      if (shutting_down)
+      if (s->shutting_down)
         c->close_reason = CLOSE_SHUTDOWN;
       else if (!c->keep_alive)
         c->close_reason = CLOSE_NOT_KEEPALIVE;
@@ -465,9 +536,9 @@ static void conn_fail(conn_t *c, int status) {
   case 431: reason = "Request Header Fields Too Large"; break;
   default: status = 400; reason = "Bad Request"; break;
   }
-  timeout_stop(&c->headers_timeout);
-  timeout_stop(&c->request_timeout);
-  timeout_stop(&c->io_timeout);
+  timeout_stop(c, &c->headers_timeout);
+  timeout_stop(c, &c->request_timeout);
+  timeout_stop(c, &c->io_timeout);
   if (status != 408)
     c->close_reason = CLOSE_BAD_REQUEST;
   n = snprintf(body, sizeof body, "%d %s\n", status, reason);
@@ -478,36 +549,39 @@ static void conn_fail(conn_t *c, int status) {
 
 static void on_headers_timeout(conn_timer_t *timer) {
   conn_t *c = timer->data;
-  timeout_fired(&c->headers_timeout);
-  counters.headers_timeouts++;
+  http_server_t *s = c->server;
+  timeout_fired(c, &c->headers_timeout);
+  s->counters.headers_timeouts++;
   c->close_reason = CLOSE_HEADERS_TIMEOUT;
   conn_fail(c, 408); /* like Node: 408 and close */
 }
 
 static void on_request_timeout(conn_timer_t *timer) {
   conn_t *c = timer->data;
-  timeout_fired(&c->request_timeout);
-  counters.request_timeouts++;
+  http_server_t *s = c->server;
+  timeout_fired(c, &c->request_timeout);
+  s->counters.request_timeouts++;
   c->close_reason = CLOSE_REQUEST_TIMEOUT;
   conn_fail(c, 408);
 }
 
 static void on_keep_alive_timeout(conn_timer_t *timer) {
   conn_t *c = timer->data;
-  timeout_fired(&c->io_timeout);
+  timeout_fired(c, &c->io_timeout);
   conn_close(c, CLOSE_KEEPALIVE_TIMEOUT);
 }
 
 static void on_send_timeout(conn_timer_t *timer) {
   conn_t *c = timer->data;
-  timeout_fired(&c->io_timeout);
+  timeout_fired(c, &c->io_timeout);
   conn_close(c, CLOSE_SEND_TIMEOUT);
 }
 
 static void on_linger_timeout(conn_timer_t *timer) {
   conn_t *c = timer->data;
-  timeout_fired(&c->io_timeout);
-  counters.linger_timeouts++;
+  http_server_t *s = c->server;
+  timeout_fired(c, &c->io_timeout);
+  s->counters.linger_timeouts++;
   conn_close(c, (enum http_close_reason)c->close_reason);
 }
 
@@ -523,9 +597,10 @@ static void delay_job_free(delay_job_t *job) {
  * (UV_ECANCELED). May run before or after delay_after_work. */
 static void delay_due(void *arg, int status) {
   delay_job_t *job = arg;
+  http_server_t *s = job->server;
   job->task_done = 1;
   if (status == 0)
-    counters.delay_fired++;
+    s->counters.delay_fired++;
   if (job->conn != NULL) {
     conn_t *c = job->conn;
     c->job = NULL;
@@ -547,21 +622,22 @@ static void delay_work(uv_work_t *req) {
   uint64_t left = job->delay_ms > waited_ms ? job->delay_ms - waited_ms : 0;
   int n = snprintf(job->body, sizeof job->body, "delayed %" PRIu64 " ms\n", job->delay_ms);
   job->body_len = (size_t)n < sizeof job->body ? (size_t)n : sizeof job->body - 1;
-  job->schedule_status = uvtw_schedule(wheel, left, delay_due, job, &job->ticket);
+  job->schedule_status = uvtw_schedule(job->wheel, left, delay_due, job, &job->ticket);
 }
 
 /* Loop thread, once delay_work returned (or was cancelled by uv_cancel). From
  * here on job->ticket may be read. */
 static void delay_after_work(uv_work_t *req, int status) {
   delay_job_t *job = container_of(req, delay_job_t, work);
+  http_server_t *s = job->server;
   job->work_done = 1;
-  work_in_flight--;
+  s->counters.delay_in_flight--;
   if (status == UV_ECANCELED) { /* never ran: no ticket; the connection is gone */
     assert(job->conn == NULL);
-    counters.delay_cancelled++;
+    s->counters.delay_cancelled++;
     delay_job_free(job);
   } else if (job->schedule_status != 0) {
-    counters.delay_failed++;
+    s->counters.delay_failed++;
     if (job->conn != NULL) {
       conn_t *c = job->conn;
       c->job = NULL;
@@ -569,7 +645,7 @@ static void delay_after_work(uv_work_t *req, int status) {
     }
     delay_job_free(job);
   } else {
-    counters.delay_scheduled++;
+    s->counters.delay_scheduled++;
     if (job->task_done) {
       delay_job_free(job);
     } else if (job->conn == NULL) {
@@ -578,31 +654,34 @@ static void delay_after_work(uv_work_t *req, int status) {
       int r = uvtw_ticket_cancel(job->ticket);
       assert(r == 0);
       (void)r;
-      counters.delay_cancelled++;
+      s->counters.delay_cancelled++;
       delay_job_free(job);
     }
     /* else delay_due answers and frees it. */
   }
-  maybe_finish_shutdown();
+  maybe_finish_shutdown(s);
 }
 
 static void delay_start(conn_t *c, uint64_t ms) {
+  http_server_t *s = c->server;
   delay_job_t *job = calloc(1, sizeof *job);
   int r;
   if (job == NULL) {
     conn_close(c, CLOSE_NO_MEMORY);
     return;
   }
+  job->server = s;
+  job->wheel = s->wheel;
   job->conn = c;
   job->delay_ms = ms;
   job->requested_ns = uv_hrtime();
-  r = uv_queue_work(loop, &job->work, delay_work, delay_after_work);
+  r = uv_queue_work(s->loop, &job->work, delay_work, delay_after_work);
   if (r != 0) {
     free(job);
     conn_respond(c, 503, "Service Unavailable", "cannot queue\n", 13, 1);
     return;
   }
-  work_in_flight++;
+  s->counters.delay_in_flight++;
   c->job = job;
 }
 
@@ -615,12 +694,18 @@ static void delay_abandon(delay_job_t *job) {
     int r = uvtw_ticket_cancel(job->ticket);
     assert(r == 0); /* the callback would have run on this thread */
     (void)r;
-    counters.delay_cancelled++;
+    job->server->counters.delay_cancelled++;
     delay_job_free(job);
   }
 }
 
 /* ---- Requests --------------------------------------------------------------- */
+
+static char filler[BYTES_MAX]; /* the body of /bytes: set once, then read only */
+
+static void filler_setup(void) {
+  memset(filler, 'x', sizeof filler);
+}
 
 static void handle_request(conn_t *c) {
   static const char hello[] = "hello\n";
@@ -642,19 +727,21 @@ static void handle_request(conn_t *c) {
     else
       delay_start(c, ms);
   } else if (get && strncmp(url, "/bytes?n=", 9) == 0) {
-    static char filler[BYTES_MAX];
+    static uv_once_t filler_once = UV_ONCE_INIT;
     char *end;
     unsigned long long n = strtoull(url + 9, &end, 10);
     if (end == url + 9 || *end != '\0' || n > BYTES_MAX) {
       conn_respond(c, 400, "Bad Request", "bad n\n", 6, 0);
     } else {
-      if (filler[0] == '\0')
-        memset(filler, 'x', sizeof filler);
+      uv_once(&filler_once, filler_setup);
       conn_respond(c, 200, "OK", filler, (size_t)n, 0);
     }
   } else if (get && strcmp(url, "/stats") == 0) {
+    http_server_t *s = c->server;
     char body[2048];
-    size_t n = format_stats(body, sizeof body - 1);
+    size_t n = s->config.stats_line != NULL
+                   ? s->config.stats_line(s, s->config.stats_arg, body, sizeof body - 1)
+                   : http_server_format_stats(s, NULL, body, sizeof body - 1);
     body[n++] = '\n';
     conn_respond(c, 200, "OK", body, n, 0);
   } else if (c->method == HTTP_POST && strcmp(url, "/upload") == 0) {
@@ -668,8 +755,9 @@ static void handle_request(conn_t *c) {
 
 /* Counts the bytes of the head; beyond the limit the request gets 431. */
 static int head_grow(conn_t *c, size_t len) {
+  http_server_t *s = c->server;
   c->head_bytes += (uint32_t)(len < UINT32_MAX - c->head_bytes ? len : UINT32_MAX - c->head_bytes);
-  if (c->head_bytes > config.max_header_size) {
+  if (c->head_bytes > s->config.max_header_size) {
     c->error_status = 431;
     return HPE_USER;
   }
@@ -678,6 +766,7 @@ static int head_grow(conn_t *c, size_t len) {
 
 static int on_message_begin(llhttp_t *p) {
   conn_t *c = p->data;
+  http_server_t *s = c->server;
   c->url_len = 0;
   c->url[0] = '\0';
   c->url_flags = 0;
@@ -690,9 +779,9 @@ static int on_message_begin(llhttp_t *p) {
   c->error_status = 0;
   c->request_started = 1;
   if (c->state == ST_IDLE) { /* first byte of the next request */
-    timeout_stop(&c->io_timeout);
-    timeout_start(&c->headers_timeout, on_headers_timeout, config.headers_timeout);
-    timeout_start(&c->request_timeout, on_request_timeout, config.request_timeout);
+    timeout_stop(c, &c->io_timeout);
+    timeout_start(c, &c->headers_timeout, on_headers_timeout, s->config.headers_timeout);
+    timeout_start(c, &c->request_timeout, on_request_timeout, s->config.request_timeout);
     c->state = ST_READING;
   }
   return 0;
@@ -759,7 +848,8 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len) {
 
 static int on_header_field_complete(llhttp_t *p) {
   conn_t *c = p->data;
-  if (++c->header_count > config.max_headers_count) {
+  http_server_t *s = c->server;
+  if (++c->header_count > s->config.max_headers_count) {
     c->error_status = 431;
     return HPE_USER;
   }
@@ -797,8 +887,9 @@ static void send_continue(conn_t *c) {
 
 static int on_headers_complete(llhttp_t *p) {
   conn_t *c = p->data;
+  http_server_t *s = c->server;
   int has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
-  timeout_stop(&c->headers_timeout);
+  timeout_stop(c, &c->headers_timeout);
   c->method = p->method;
   /* Upgrade is ignored (RFC 9110 7.8 allows it): the request is answered as
    * HTTP/1.1. A CONNECT is answered 405 once it is complete. */
@@ -807,7 +898,7 @@ static int on_headers_complete(llhttp_t *p) {
     c->error_status = 417; /* as Node: an expectation it cannot meet */
     return HPE_USER;
   }
-  if (p->content_length > config.max_body_size) {
+  if (p->content_length > s->config.max_body_size) {
     c->error_status = c->expect == EXPECT_CONTINUE ? 417 : 413;
     return HPE_USER;
   }
@@ -818,8 +909,9 @@ static int on_headers_complete(llhttp_t *p) {
 
 static int on_body(llhttp_t *p, const char *at, size_t len) {
   conn_t *c = p->data;
+  http_server_t *s = c->server;
   (void)at;
-  if (len > config.max_body_size - c->body_bytes) {
+  if (len > s->config.max_body_size - c->body_bytes) {
     c->error_status = 413;
     return HPE_USER;
   }
@@ -829,7 +921,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len) {
 
 static int on_message_complete(llhttp_t *p) {
   conn_t *c = p->data;
-  timeout_stop(&c->request_timeout);
+  timeout_stop(c, &c->request_timeout);
   c->keep_alive = (uint8_t)llhttp_should_keep_alive(p);
   c->request_started = 0;
   if (c->url_flags & URL_SKIP_AUTHORITY) { /* "http://host" alone: the root */
@@ -888,7 +980,7 @@ static void conn_keep_pending(conn_t *c, const char *data, size_t len) {
       conn_close(c, CLOSE_NO_MEMORY);
       return;
     }
-    buffered_add(c->pending_len + len - c->pending_cap);
+    buffered_add(c->server, c->pending_len + len - c->pending_cap);
     c->pending_cap = (uint32_t)(c->pending_len + len);
     c->pending = grown;
   }
@@ -927,11 +1019,12 @@ static void conn_feed(conn_t *c, const char *data, size_t len) {
  * client's EOF or a shutdown signal only requests received in full are
  * answered. Reading resumes once the bytes kept are under PENDING_MAX. */
 static void conn_resume(conn_t *c) {
-  int closing = shutting_down || c->peer_ended;
+  http_server_t *s = c->server;
+  int closing = s->shutting_down || c->peer_ended;
   c->state = ST_IDLE;
-  if (!closing && config.keep_alive_timeout > 0)
-    timeout_start(&c->io_timeout, on_keep_alive_timeout,
-                  config.keep_alive_timeout + config.keep_alive_timeout_buffer);
+  if (!closing && s->config.keep_alive_timeout > 0)
+    timeout_start(c, &c->io_timeout, on_keep_alive_timeout,
+                  s->config.keep_alive_timeout + s->config.keep_alive_timeout_buffer);
   while (c->pending_off < c->pending_len && (c->state == ST_IDLE || c->state == ST_READING)) {
     size_t used;
     int r = parser_feed(c, c->pending + c->pending_off, c->pending_len - c->pending_off, &used);
@@ -951,7 +1044,7 @@ static void conn_resume(conn_t *c) {
     pending_free(c);
   if (closing) {
     if (c->state == ST_IDLE || c->state == ST_READING)
-      conn_close(c, shutting_down ? CLOSE_SHUTDOWN : CLOSE_PEER);
+      conn_close(c, s->shutting_down ? CLOSE_SHUTDOWN : CLOSE_PEER);
     return;
   }
   if (!c->reading && c->pending_len - c->pending_off <= PENDING_MAX && conn_read_start(c) != 0)
@@ -960,12 +1053,10 @@ static void conn_resume(conn_t *c) {
 
 /* ---- Connections ------------------------------------------------------------ */
 
-static char read_buffer[64 * 1024]; /* one loop thread: reads are parsed at once */
-
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
-  (void)handle;
+  conn_t *c = handle->data;
   (void)suggested;
-  *buf = uv_buf_init(read_buffer, sizeof read_buffer);
+  *buf = uv_buf_init(c->server->read_buffer, sizeof c->server->read_buffer);
 }
 
 /* The client shut down its side: answer what it asked for, then close. */
@@ -987,6 +1078,7 @@ static void conn_on_eof(conn_t *c) {
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   conn_t *c = stream->data;
+  http_server_t *s = c->server;
   if (nread == UV_EOF) {
     conn_on_eof(c);
     return;
@@ -995,7 +1087,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     conn_close(c, CLOSE_PEER);
     return;
   }
-  counters.received += (uint64_t)nread;
+  s->counters.received += (uint64_t)nread;
   conn_feed(c, buf->base, (size_t)nread);
 }
 
@@ -1010,21 +1102,23 @@ static int conn_read_start(conn_t *c) {
 
 static void on_handle_closed(uv_handle_t *handle) {
   conn_t *c = handle->data;
+  http_server_t *s = c->server;
   if (--c->handles_open > 0)
     return;
-  counters.open--;
+  s->counters.open--;
   free(c);
-  maybe_finish_shutdown();
+  maybe_finish_shutdown(s);
 }
 
 static void conn_close(conn_t *c, enum http_close_reason reason) {
+  http_server_t *s = c->server;
   if (c->state == ST_CLOSING)
     return;
   c->state = ST_CLOSING;
-  counters.closed[reason]++;
-  timeout_stop(&c->headers_timeout);
-  timeout_stop(&c->request_timeout);
-  timeout_stop(&c->io_timeout);
+  s->counters.closed[reason]++;
+  timeout_stop(c, &c->headers_timeout);
+  timeout_stop(c, &c->request_timeout);
+  timeout_stop(c, &c->io_timeout);
   if (c->job != NULL) {
     delay_abandon(c->job);
     c->job = NULL;
@@ -1033,7 +1127,7 @@ static void conn_close(conn_t *c, enum http_close_reason reason) {
   if (c->prev != NULL)
     c->prev->next = c->next;
   else
-    connections = c->next;
+    s->connections = c->next;
   if (c->next != NULL)
     c->next->prev = c->prev;
   c->handles_open = 1;
@@ -1046,9 +1140,9 @@ static void conn_close(conn_t *c, enum http_close_reason reason) {
 
 static void on_accept_retry(uvtw_timer_t *timer);
 
-static conn_t *conn_alloc(void) {
-  if (config.fail_accept_allocs > 0) {
-    config.fail_accept_allocs--;
+static conn_t *conn_alloc(http_server_t *s) {
+  if (s->config.fail_accept_allocs > 0) {
+    s->config.fail_accept_allocs--;
     return NULL;
   }
   return calloc(1, sizeof(conn_t));
@@ -1057,33 +1151,34 @@ static conn_t *conn_alloc(void) {
 /* Takes the connection waiting in the listener. Without memory for it, the
  * connection stays in the listener (libuv stops polling it meanwhile, so
  * nothing spins) and the accept is tried again a little later. */
-static void accept_one(void) {
-  conn_t *c = conn_alloc();
+static void accept_one(http_server_t *s) {
+  conn_t *c = conn_alloc(s);
   if (c == NULL) {
-    counters.accept_nomem++;
-    accept_waiting = 1;
-    if (!uvtw_timer_is_active(&accept_retry_timer))
-      uvtw_timer_start(&accept_retry_timer, on_accept_retry, ACCEPT_RETRY_MS, 0);
+    s->counters.accept_nomem++;
+    s->accept_waiting = 1;
+    if (!uvtw_timer_is_active(&s->accept_retry_timer))
+      uvtw_timer_start(&s->accept_retry_timer, on_accept_retry, ACCEPT_RETRY_MS, 0);
     return;
   }
-  accept_waiting = 0;
-  uv_tcp_init(loop, &c->tcp);
+  s->accept_waiting = 0;
+  c->server = s;
+  uv_tcp_init(s->loop, &c->tcp);
   c->tcp.data = c;
-  counters.accepted++;
-  if (++counters.open > counters.open_peak)
-    counters.open_peak = counters.open;
+  s->counters.accepted++;
+  if (++s->counters.open > s->counters.open_peak)
+    s->counters.open_peak = s->counters.open;
   timeout_init(c, &c->headers_timeout);
   timeout_init(c, &c->request_timeout);
   timeout_init(c, &c->io_timeout);
   llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
   c->parser.data = c;
-  c->next = connections;
-  if (connections != NULL)
-    connections->prev = c;
-  connections = c;
+  c->next = s->connections;
+  if (s->connections != NULL)
+    s->connections->prev = c;
+  s->connections = c;
   c->state = ST_READING;
   c->close_reason = CLOSE_PEER;
-  if (uv_accept((uv_stream_t *)&server, (uv_stream_t *)&c->tcp) != 0 ||
+  if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp) != 0 ||
       conn_read_start(c) != 0) {
     conn_close(c, CLOSE_PEER);
     return;
@@ -1092,36 +1187,36 @@ static void accept_one(void) {
   /* libuv accepts in a loop on one cached uv_now(): a connection that came
    * in while a burst was being accepted would otherwise start its timeouts
    * a little before it existed. */
-  uv_update_time(loop);
-  timeout_start(&c->headers_timeout, on_headers_timeout, config.headers_timeout);
-  timeout_start(&c->request_timeout, on_request_timeout, config.request_timeout);
+  uv_update_time(s->loop);
+  timeout_start(c, &c->headers_timeout, on_headers_timeout, s->config.headers_timeout);
+  timeout_start(c, &c->request_timeout, on_request_timeout, s->config.request_timeout);
 }
 
 static void on_accept_retry(uvtw_timer_t *timer) {
-  (void)timer;
-  if (accept_waiting && !shutting_down)
-    accept_one();
+  http_server_t *s = timer->data;
+  if (s->accept_waiting && !s->shutting_down)
+    accept_one(s);
 }
 
 static void on_connection(uv_stream_t *listener, int status) {
-  (void)listener;
+  http_server_t *s = listener->data;
   if (status < 0) {
     /* EMFILE/ENFILE: libuv has already taken the connection and closed it
      * (its reserve descriptor), so the listener is clear. */
-    if (counters.accept_errors++ == 0)
+    if (s->counters.accept_errors++ == 0)
       fprintf(stderr, "http_server: accept: %s (counted in accept_errors)\n",
               uv_strerror(status));
     return;
   }
-  accept_one();
+  accept_one(s);
 }
 
 /* ---- Shutdown --------------------------------------------------------------- */
 
 static void on_wheel_closed(uvtw_wheel_t *w, void *arg) {
+  http_server_t *s = arg;
   (void)w;
-  (void)arg;
-  wheel = NULL;
+  s->wheel = NULL;
 }
 
 /* A request has arrived (in part or in full) and has no answer written yet. */
@@ -1131,87 +1226,63 @@ static int conn_in_flight(const conn_t *c) {
 }
 
 /* Closes the wheel once no connection and no work item can touch it. */
-static void maybe_finish_shutdown(void) {
-  char line[2048];
-  if (!shutting_down || wheel_closing || counters.open > 0 || work_in_flight > 0)
+static void maybe_finish_shutdown(http_server_t *s) {
+  if (!s->shutting_down || s->wheel_closing || s->counters.open > 0 ||
+      s->counters.delay_in_flight > 0)
     return;
-  wheel_closing = 1;
-  uvtw_timer_stop(&grace_timer);
-  uvtw_timer_stop(&accept_retry_timer);
-  if (config.out != NULL) {
-    fprintf(config.out,
-            "shutdown: answered %" PRIu64 " requests in flight, dropped %" PRIu64
-            " connections with a request in flight, after %" PRIu64 " ms\n",
-            counters.drain_answered, counters.drain_dropped, now_ms() - shutdown_started_ms);
-    format_stats(line, sizeof line);
-    fprintf(config.out, "stats %s\n", line);
-    fflush(config.out);
-  }
-  if (config.handle_signals) {
-    uv_close((uv_handle_t *)&sigint_handle, NULL);
-    uv_close((uv_handle_t *)&sigterm_handle, NULL);
-  }
-  uvtw_wheel_close(wheel, on_wheel_closed, NULL);
+  s->wheel_closing = 1;
+  uvtw_timer_stop(&s->grace_timer);
+  uvtw_timer_stop(&s->accept_retry_timer);
+  uvtw_wheel_stats(s->wheel, &s->wheel_final);
+  uvtw_wheel_close(s->wheel, on_wheel_closed, s);
 }
 
-static void drop_all(void) {
-  while (connections != NULL) {
-    if (conn_in_flight(connections))
-      counters.drain_dropped++;
-    conn_close(connections, CLOSE_SHUTDOWN);
+static void drop_all(http_server_t *s) {
+  while (s->connections != NULL) {
+    if (conn_in_flight(s->connections))
+      s->counters.drain_dropped++;
+    conn_close(s->connections, CLOSE_SHUTDOWN);
   }
 }
 
 static void on_grace_over(uvtw_timer_t *timer) {
-  (void)timer;
+  http_server_t *s = timer->data;
   fprintf(stderr, "http_server: shutdown grace period (%" PRIu64 " ms) over\n",
-          config.shutdown_grace);
-  drop_all();
-  maybe_finish_shutdown();
+          s->config.shutdown_grace);
+  drop_all(s);
+  maybe_finish_shutdown(s);
 }
 
 /* Stop accepting, close idle connections, let requests in flight finish
  * within the grace period. */
-void http_server_shutdown(void) {
+void http_server_shutdown(http_server_t *s) {
   conn_t *c, *next;
-  if (shutting_down)
+  if (s->shutting_down)
     return;
-  shutting_down = 1;
-  shutdown_started_ms = now_ms();
-  uv_close((uv_handle_t *)&server, NULL);
-  uvtw_timer_stop(&accept_retry_timer);
-  /* The signal handles stay for a second signal, without keeping the loop. */
-  if (config.handle_signals) {
-    uv_unref((uv_handle_t *)&sigint_handle);
-    uv_unref((uv_handle_t *)&sigterm_handle);
-  }
-  for (c = connections; c != NULL; c = next) {
+  s->shutting_down = 1;
+  uv_close((uv_handle_t *)&s->listener, NULL);
+  uvtw_timer_stop(&s->accept_retry_timer);
+  for (c = s->connections; c != NULL; c = next) {
     next = c->next;
     if (c->state == ST_IDLE || (c->state == ST_READING && !c->request_started))
       conn_close(c, CLOSE_SHUTDOWN);
   }
-  if (config.shutdown_grace > 0)
-    uvtw_timer_start(&grace_timer, on_grace_over, config.shutdown_grace, 0);
+  if (s->config.shutdown_grace > 0)
+    uvtw_timer_start(&s->grace_timer, on_grace_over, s->config.shutdown_grace, 0);
   else
-    drop_all();
-  maybe_finish_shutdown();
+    drop_all(s);
+  maybe_finish_shutdown(s);
 }
 
-/* First signal: the shutdown. Second signal: drop what is in flight and
- * exit at once. */
-static void on_signal(uv_signal_t *handle, int signum) {
-  (void)handle;
-  if (!shutting_down) {
-    http_server_shutdown();
-  } else if (!wheel_closing) {
-    fprintf(stderr, "http_server: second signal: exiting at once\n");
-    exit_status = 128 + signum;
-    drop_all();
-    maybe_finish_shutdown();
-  }
+void http_server_shutdown_now(http_server_t *s) {
+  http_server_shutdown(s);
+  if (s->wheel_closing)
+    return;
+  drop_all(s);
+  maybe_finish_shutdown(s);
 }
 
-/* ---- Starting and running ------------------------------------------------------ */
+/* ---- Starting --------------------------------------------------------------- */
 
 void http_server_config_init(http_server_config_t *c) {
   memset(c, 0, sizeof *c);
@@ -1225,114 +1296,98 @@ void http_server_config_init(http_server_config_t *c) {
   c->max_headers_count = 2000;
   c->max_body_size = 1048576;
   c->host = "127.0.0.1";
+  c->listen_fd = -1;
 }
 
-static int listening_port;
-
-static int listen_on(void) {
+/* Binds host:port, or opens the socket given, then listens. */
+static int listen_on(http_server_t *s) {
   struct sockaddr_storage addr;
   int namelen = sizeof addr;
-  char host[INET6_ADDRSTRLEN];
-  int port, r;
-  if (strchr(config.host, ':') != NULL)
-    r = uv_ip6_addr(config.host, config.port, (struct sockaddr_in6 *)&addr);
-  else
-    r = uv_ip4_addr(config.host, config.port, (struct sockaddr_in *)&addr);
+  int r;
+  if (s->config.listen_fd >= 0) {
+    r = uv_tcp_open(&s->listener, (uv_os_sock_t)s->config.listen_fd);
+    if (r != 0)
+      close(s->config.listen_fd); /* the server owns it, failure included */
+  } else {
+    if (strchr(s->config.host, ':') != NULL)
+      r = uv_ip6_addr(s->config.host, s->config.port, (struct sockaddr_in6 *)&addr);
+    else
+      r = uv_ip4_addr(s->config.host, s->config.port, (struct sockaddr_in *)&addr);
+    if (r == 0)
+      r = uv_tcp_bind(&s->listener, (const struct sockaddr *)&addr, 0);
+  }
+  s->listener.data = s;
   if (r == 0)
-    r = uv_tcp_bind(&server, (const struct sockaddr *)&addr, 0);
+    r = uv_listen((uv_stream_t *)&s->listener, 4096, on_connection);
   if (r == 0)
-    r = uv_listen((uv_stream_t *)&server, 4096, on_connection);
-  if (r == 0)
-    r = uv_tcp_getsockname(&server, (struct sockaddr *)&addr, &namelen);
+    r = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&addr, &namelen);
   if (r != 0) {
-    fprintf(stderr, "http_server: cannot listen on %s:%d: %s\n", config.host, config.port,
+    fprintf(stderr, "http_server: cannot listen on %s:%d: %s\n", s->config.host, s->config.port,
             uv_strerror(r));
     return r;
   }
-  if (addr.ss_family == AF_INET6) {
-    uv_ip6_name((struct sockaddr_in6 *)&addr, host, sizeof host);
-    port = ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
-  } else {
-    uv_ip4_name((struct sockaddr_in *)&addr, host, sizeof host);
-    port = ntohs(((struct sockaddr_in *)&addr)->sin_port);
-  }
-  listening_port = port;
-  if (config.out != NULL) {
-    fprintf(config.out, addr.ss_family == AF_INET6 ? "listening on [%s]:%d\n"
-                                                   : "listening on %s:%d\n",
-            host, port);
-    fflush(config.out);
-  }
+  if (addr.ss_family == AF_INET6)
+    s->listening_port = ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
+  else
+    s->listening_port = ntohs(((struct sockaddr_in *)&addr)->sin_port);
   return 0;
 }
 
-int http_server_start(uv_loop_t *server_loop, const http_server_config_t *server_config,
-                      const uvtw_options_t *wheel_options) {
+int http_server_start(http_server_t **server, uv_loop_t *loop,
+                      const http_server_config_t *config, const uvtw_options_t *wheel_options) {
+  static uv_once_t parser_once = UV_ONCE_INIT;
+  http_server_t *s;
   int r;
+  *server = NULL;
 #ifdef USE_UV_TIMER
-  if (wheel_options != NULL && wheel_options->manual_clock)
+  if (wheel_options != NULL && wheel_options->manual_clock) {
+    if (config->listen_fd >= 0)
+      close(config->listen_fd);
     return UV_ENOTSUP; /* the connection timers would run on the loop's clock */
+  }
 #endif
-  loop = server_loop;
-  config = *server_config;
-  memset(&counters, 0, sizeof counters);
-  connections = NULL;
-  work_in_flight = 0;
-  accept_waiting = shutting_down = wheel_closing = exit_status = 0;
-  listening_port = 0;
-  parser_setup();
-  r = uvtw_wheel_new(loop, wheel_options, &wheel);
+  s = calloc(1, sizeof *s);
+  if (s == NULL) {
+    r = UV_ENOMEM;
+  } else {
+    s->loop = loop;
+    s->config = *config;
+    r = uvtw_wheel_new(loop, wheel_options, &s->wheel);
+  }
   if (r != 0) {
-    fprintf(stderr, "http_server: uvtw_wheel_new: %s\n", uv_strerror(r));
-    wheel = NULL;
+    fprintf(stderr, "http_server: cannot start: %s\n", uv_strerror(r));
+    if (config->listen_fd >= 0)
+      close(config->listen_fd);
+    free(s);
     return r;
   }
-  uvtw_timer_init(wheel, &accept_retry_timer);
-  uvtw_timer_init(wheel, &grace_timer);
+  uv_once(&parser_once, parser_setup);
+  uvtw_timer_init(s->wheel, &s->accept_retry_timer);
+  uvtw_timer_init(s->wheel, &s->grace_timer);
+  s->accept_retry_timer.data = s;
+  s->grace_timer.data = s;
   signal(SIGPIPE, SIG_IGN); /* a peer that went away is an error code, not a signal */
-  uv_tcp_init(loop, &server);
-  if (config.handle_signals) {
-    uv_signal_init(loop, &sigint_handle);
-    uv_signal_init(loop, &sigterm_handle);
-    uv_signal_start(&sigint_handle, on_signal, SIGINT);
-    uv_signal_start(&sigterm_handle, on_signal, SIGTERM);
-  }
-  r = listen_on();
+  uv_tcp_init(loop, &s->listener);
+  *server = s;
+  r = listen_on(s);
   if (r != 0)
-    http_server_shutdown(); /* the same orderly teardown, run by the loop */
+    http_server_shutdown(s); /* the same orderly teardown, run by the loop */
   return r;
 }
 
-int http_server_run(uv_loop_t *server_loop, const http_server_config_t *server_config,
-                    const uvtw_options_t *wheel_options) {
-  int r = http_server_start(server_loop, server_config, wheel_options);
-  if (r != 0 && wheel == NULL)
-    return 1; /* no wheel: nothing was opened */
-  uv_run(loop, UV_RUN_DEFAULT);
-  if (r != 0) {
-    uv_loop_close(loop);
-    return 1;
-  }
-  r = uv_loop_close(loop);
-  if (r != 0) {
-    fprintf(stderr, "http_server: uv_loop_close: %s\n", uv_strerror(r));
-    return 1;
-  }
-  return exit_status;
+void http_server_free(http_server_t *s) {
+  assert(s == NULL || s->wheel == NULL);
+  free(s);
 }
 
-int http_server_port(void) {
-  return listening_port;
+int http_server_port(const http_server_t *s) {
+  return s->listening_port;
 }
 
-uvtw_wheel_t *http_server_wheel(void) {
-  return wheel;
+uvtw_wheel_t *http_server_wheel(const http_server_t *s) {
+  return s->wheel;
 }
 
-const http_server_counters_t *http_server_counters(void) {
-  return &counters;
-}
-
-size_t http_server_format_stats(char *out, size_t size) {
-  return format_stats(out, size);
+const http_server_counters_t *http_server_counters(const http_server_t *s) {
+  return &s->counters;
 }

@@ -1,21 +1,25 @@
 /* http_server.h: the example HTTP/1.1 server (http_server.c) as a library.
- * http_server_main.c is its command line; test_http_timeouts.c runs it in
- * its own process, on a wheel with a manual clock, to test its timeouts.
+ * http_workers.c runs one server per thread for the program
+ * (http_server_main.c); test_http_timeouts.c runs one in its own process,
+ * on a wheel with a manual clock, to test its timeouts.
  *
- * One server per process at a time, on the loop thread. Every timeout is a
- * timer on the server's wheel and every deadline it checks reads the
- * wheel's time (uvtw_wheel_now), so the server runs the same on a wheel on
- * the loop's clock (the program) and on a manual one (the tests). */
+ * A server lives on one loop and is called on that loop's thread only; any
+ * number of servers may run in one process, each on its own loop. Every
+ * timeout is a timer on the server's wheel and every deadline it checks
+ * reads the wheel's time (uvtw_wheel_now), so the server runs the same on
+ * a wheel on the loop's clock (the program) and on a manual one (the
+ * tests). */
 #ifndef UVTW_EXAMPLES_HTTP_SERVER_H
 #define UVTW_EXAMPLES_HTTP_SERVER_H
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include <uv.h>
 
 #include "uvtw.h"
+
+typedef struct http_server_s http_server_t;
 
 typedef struct http_server_config_s {
   uint64_t headers_timeout;           /* ms; Node's headersTimeout; 0 disables */
@@ -30,8 +34,17 @@ typedef struct http_server_config_s {
   uint64_t fail_accept_allocs;        /* fault injection: the first N connections get no memory */
   const char *host;                   /* listen address */
   int port;                           /* 0: a free port (http_server_port() tells which) */
-  int handle_signals;                 /* SIGINT/SIGTERM shut the server down (the program) */
-  FILE *out; /* 'listening on HOST:PORT', the shutdown line and the final stats; NULL: none */
+  /* -1: the server binds host:port itself. Else a bound socket it listens
+   * on and owns from http_server_start on, failure included (host and port
+   * then only name it in messages): several servers share a port this way,
+   * each with its own socket (SO_REUSEPORT, http_workers.c). */
+  int listen_fd;
+  /* NULL: GET /stats answers http_server_format_stats(server, NULL, ...).
+   * Else it answers what stats_line writes (at most size - 1 bytes, no
+   * newline; returns the length), called on the server's loop thread with
+   * stats_arg: a program running several servers answers for all of them. */
+  size_t (*stats_line)(http_server_t *server, void *arg, char *out, size_t size);
+  void *stats_arg;
 } http_server_config_t;
 
 enum http_close_reason {
@@ -61,37 +74,61 @@ typedef struct http_server_counters_s {
   uint64_t early_fires; /* timeouts that fired before their deadline */
   uint64_t late_max_ms; /* largest now - deadline seen at a timeout */
   uint64_t delay_scheduled, delay_fired, delay_cancelled, delay_failed;
+  uint64_t delay_in_flight; /* /delay work items whose after_work has not run */
   uint64_t drain_answered; /* responses written after the shutdown began */
   uint64_t drain_dropped;  /* connections with a request in flight closed by the shutdown */
   uint64_t buffered, buffered_peak; /* bytes held for connections: kept requests, queued answers */
 } http_server_counters_t;
 
+/* What /stats shows: the counters, and the wheel's statistics (the last
+ * ones taken before it closed, once the server has shut down). */
+typedef struct http_server_stats_s {
+  http_server_counters_t counters;
+  uvtw_stats_t wheel;
+} http_server_stats_t;
+
 /* Node's defaults (headers 60 s, request 300 s, keep-alive 5 s + 1 s, send
- * 30 s), 127.0.0.1, a free port, no signals, no output. */
+ * 30 s), 127.0.0.1, a free port, no socket given, /stats for this server. */
 void http_server_config_init(http_server_config_t *config);
 
-/* Makes the server's wheel on `loop` from `wheel_options` (NULL: the
- * defaults; manual_clock = 1 for tests) and starts listening. The loop then
- * runs it: the server has shut down once http_server_wheel() is NULL.
- * Returns 0, or a libuv error (printed to stderr); after a failed listen the
- * loop still has to run to close what was opened. The uv_timer_t build
- * (http_server_uvtimer) refuses a manual clock with UV_ENOTSUP: its
- * connection timers run on the loop's clock. */
-int http_server_start(uv_loop_t *loop, const http_server_config_t *config,
+/* Makes a server on `loop`, with its wheel made from `wheel_options` (NULL:
+ * the defaults; manual_clock = 1 for tests), and starts listening. The loop
+ * then runs it: it has shut down once http_server_wheel() is NULL, and is
+ * then freed with http_server_free. Returns 0, or a libuv error (printed to
+ * stderr); *server is NULL if nothing was opened, else the server, which
+ * after a failed listen is already shutting down: the loop still has to run
+ * to close what was opened. The uv_timer_t build (http_server_uvtimer)
+ * refuses a manual clock with UV_ENOTSUP: its connection timers run on the
+ * loop's clock. */
+int http_server_start(http_server_t **server, uv_loop_t *loop, const http_server_config_t *config,
                       const uvtw_options_t *wheel_options);
 
-/* http_server_start, then runs `loop` until the server has shut down, then
- * closes the loop. Returns the program's exit status. */
-int http_server_run(uv_loop_t *loop, const http_server_config_t *config,
-                    const uvtw_options_t *wheel_options);
+/* Stop accepting, close idle connections, answer the requests in flight
+ * within shutdown_grace, then close the wheel. A second call does nothing. */
+void http_server_shutdown(http_server_t *server);
 
-/* As the first SIGTERM: stop accepting, close idle connections, answer the
- * requests in flight within shutdown_grace, then close the wheel. */
-void http_server_shutdown(void);
+/* Shuts down at once: as http_server_shutdown, then every connection still
+ * open is closed, requests in flight included (counted in drain_dropped). */
+void http_server_shutdown_now(http_server_t *server);
 
-int http_server_port(void);            /* the port it listens on */
-uvtw_wheel_t *http_server_wheel(void); /* NULL once it has shut down */
-const http_server_counters_t *http_server_counters(void);
-size_t http_server_format_stats(char *out, size_t size); /* the /stats line, no newline */
+/* Once it has shut down (http_server_wheel() is NULL). */
+void http_server_free(http_server_t *server);
+
+int http_server_port(const http_server_t *server);      /* the port it listens on */
+uvtw_wheel_t *http_server_wheel(const http_server_t *server); /* NULL once it has shut down */
+const http_server_counters_t *http_server_counters(const http_server_t *server);
+
+/* A copy of its counters and its wheel's statistics; on the loop thread. */
+void http_server_stats(const http_server_t *server, http_server_stats_t *stats);
+
+/* Adds `more` into `sum`, for a process with several servers: counts and
+ * peaks add up (a sum of peaks bounds the process's peak), the largest
+ * lateness is the largest of either. */
+void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *more);
+
+/* The /stats line (no newline) of `stats` (NULL: the server's own), with
+ * the server's configuration. Returns its length, less than size. */
+size_t http_server_format_stats(const http_server_t *server, const http_server_stats_t *stats,
+                                char *out, size_t size);
 
 #endif

@@ -1,7 +1,8 @@
 /* http_server: the example server's command line. The server itself is
  * http_server.c (see http_server.h); this file parses the options into its
- * configuration and runs it on the default loop, with a wheel on the loop's
- * clock, until a signal has shut it down. */
+ * configuration and runs it on --workers loops, one per thread, each with a
+ * wheel on its loop's clock (http_workers.c), until a signal has shut them
+ * down. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
 #endif
@@ -12,12 +13,15 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "http_server.h"
+#include "http_workers.h"
 
 static const char usage_text[] =
     "usage: http_server [options]\n"
     "  --host ADDR                 listen address (default 127.0.0.1)\n"
     "  --port N                    0 picks a free port (default 0); prints 'listening on HOST:PORT'\n"
+    "  --workers N                 N threads (default 1, at most 64), each with its own loop,\n"
+    "                              wheel and socket on the port (SO_REUSEPORT: the kernel spreads\n"
+    "                              connections over them); a connection stays on one worker\n"
     "  --headers-timeout MS        Node's headersTimeout (default 60000): the request head\n"
     "  --request-timeout MS        Node's requestTimeout (default 300000): the whole request\n"
     "  --keep-alive-timeout MS     Node's keepAliveTimeout (default 5000): idle between requests;\n"
@@ -36,10 +40,12 @@ static const char usage_text[] =
     "  --fail-accept-allocs N      fault injection: the first N connection allocations fail\n"
     "0 disables a timeout. Routes: GET|HEAD / (hello), /delay?ms=N (answer after N ms, from\n"
     "the thread pool via uvtw_schedule), /bytes?n=N (N bytes, N <= 1048576), /stats\n"
-    "(counters); POST /upload (counts the body).\n"
-    "Signals: the first SIGTERM/SIGINT stops accepting, closes idle connections, answers\n"
-    "requests in flight (with 'Connection: close') and exits 0 when they are done or the\n"
-    "grace period is over, printing what it dropped; a second one exits at once (128+signal).\n"
+    "(counters of every worker summed, then workers=N and worker_accepted=A,B,...);\n"
+    "POST /upload (counts the body).\n"
+    "Signals: the first SIGTERM/SIGINT makes every worker stop accepting, close idle\n"
+    "connections and answer requests in flight (with 'Connection: close'); the server exits 0\n"
+    "when all are done or the grace period is over, printing what it dropped; a second one\n"
+    "exits at once (128+signal).\n"
     "Differences from Node's http.Server: a CONNECT gets 405 and a clean close (Node\n"
     "destroys the socket without a reply); a client that half-closes still gets\n"
     "every response it asked for (Node drops them); a client that does not read its responses\n"
@@ -65,7 +71,7 @@ static uint64_t parse_number(const char *s) {
 }
 
 static void parse_args(int argc, char **argv, http_server_config_t *config,
-                       uvtw_options_t *wheel_options) {
+                       uvtw_options_t *wheel_options, unsigned *workers) {
   int i = 1;
   while (i < argc) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -103,6 +109,11 @@ static void parse_args(int argc, char **argv, http_server_config_t *config,
       if (port > 65535)
         usage(2);
       config->port = (int)port;
+    } else if (strcmp(a, "--workers") == 0) {
+      uint64_t n = parse_number(v);
+      if (n < 1 || n > HTTP_WORKERS_MAX)
+        usage(2);
+      *workers = (unsigned)n;
     } else if (strcmp(a, "--host") == 0 && v != NULL)
       config->host = v;
     else
@@ -123,11 +134,10 @@ static void raise_fd_limit(void) {
 int main(int argc, char **argv) {
   http_server_config_t config;
   uvtw_options_t wheel_options;
+  unsigned workers = 1;
   http_server_config_init(&config);
-  config.handle_signals = 1;
-  config.out = stdout;
   memset(&wheel_options, 0, sizeof wheel_options);
-  parse_args(argc, argv, &config, &wheel_options);
+  parse_args(argc, argv, &config, &wheel_options, &workers);
   raise_fd_limit();
-  return http_server_run(uv_default_loop(), &config, &wheel_options);
+  return http_workers_run(&config, &wheel_options, workers);
 }

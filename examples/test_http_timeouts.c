@@ -43,6 +43,7 @@
 #define HOST "127.0.0.1"
 
 static uv_loop_t loop;
+static http_server_t *server; /* the last one started; freed by the next start */
 static const http_server_counters_t *counters;
 static uvtw_wheel_t *wheel;
 
@@ -166,7 +167,7 @@ static int client_open(client_t *c, int rcvbuf, int reads) {
   int r;
   memset(c, 0, sizeof *c);
   c->accept_target = counters->accepted + 1;
-  uv_ip4_addr(HOST, http_server_port(), &addr);
+  uv_ip4_addr(HOST, http_server_port(server), &addr);
   r = uv_tcp_init_ex(&loop, &c->tcp, AF_INET);
   if (r != 0) {
     tap_ok(0, "a client connects: uv_tcp_init_ex: %s", uv_strerror(r));
@@ -277,7 +278,7 @@ static const char *ended_name(int ended) {
 
 static int server_is_down(const void *arg) {
   (void)arg;
-  return http_server_wheel() == NULL;
+  return http_server_wheel(server) == NULL;
 }
 
 /* Starts the server on this loop with Node's default timeouts, changed by
@@ -292,13 +293,19 @@ static int server_start(const http_server_config_t *config, int manual) {
   }
   memset(&options, 0, sizeof options);
   options.manual_clock = manual ? 1 : 0;
-  r = http_server_start(&loop, config, &options);
-  wheel = http_server_wheel();
-  counters = http_server_counters();
-  if (!tap_ok(r == 0 && wheel != NULL, "server started on 127.0.0.1:%d (%s clock)",
-              http_server_port(), manual ? "manual" : "the loop's")) {
-    tap_diag("  http_server_start: %s", r != 0 ? uv_strerror(r) : "no wheel");
-    if (http_server_wheel() != NULL) /* it listens on nothing and is shutting down */
+  if (server != NULL && http_server_wheel(server) == NULL)
+    http_server_free(server); /* else a failed case left it running: it leaks */
+  r = http_server_start(&server, &loop, config, &options);
+  if (server == NULL) {
+    tap_ok(0, "server started: %s", uv_strerror(r));
+    return 0;
+  }
+  wheel = http_server_wheel(server);
+  counters = http_server_counters(server);
+  if (!tap_ok(r == 0, "server started on 127.0.0.1:%d (%s clock)",
+              http_server_port(server), manual ? "manual" : "the loop's")) {
+    tap_diag("  http_server_start: %s", uv_strerror(r));
+    if (http_server_wheel(server) != NULL) /* it listens on nothing and is shutting down */
       run_until(server_is_down, NULL, "the server to shut down");
     return 0;
   }
@@ -309,13 +316,13 @@ static int server_start(const http_server_config_t *config, int manual) {
  * waits until it has closed everything. */
 static void server_stop(const char *T, int exact) {
   char line[2048];
-  http_server_format_stats(line, sizeof line);
+  http_server_format_stats(server, NULL, line, sizeof line);
   tap_diag("  server: %s", line);
   EXPECT_U64(counters->early_fires, 0, "%s: no timeout fired before its deadline", T);
   if (exact)
     EXPECT_U64(counters->late_max_ms, 0,
                "%s: every timeout fired at its deadline on the server's clock", T);
-  http_server_shutdown();
+  http_server_shutdown(server);
   tap_ok(run_until(server_is_down, NULL, "the server to shut down"),
          "%s: the server shut down and closed its wheel", T);
 }
@@ -619,7 +626,7 @@ static void test_shutdown_grace(void) {
   client_send(&c, "GET /delay?ms=3600000 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
   tap_ok(wait_counter(&counters->delay_scheduled, 1, "the worker to schedule the answer"),
          "%s: a worker thread scheduled the answer on the wheel", T);
-  http_server_shutdown();
+  http_server_shutdown(server);
   advance(10000 - 1);
   EXPECT_U64(counters->drain_dropped, 0, "%s: 9 999 ms after the shutdown: still in flight", T);
   EXPECT_U64(counters->open, 1, "%s: ... and its connection open", T);
@@ -706,6 +713,8 @@ int main(int argc, char **argv) {
   uv_timer_init(&loop, &watchdog); /* referenced only while a wait runs */
   status = tap_run_cases(argc, argv, cases, sizeof cases / sizeof cases[0]);
   tap_diag("wall time %.1f ms", (double)(uv_hrtime() - t0) / 1e6);
+  if (server != NULL && http_server_wheel(server) == NULL)
+    http_server_free(server);
   uv_close((uv_handle_t *)&watchdog, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&loop) != 0) {

@@ -223,6 +223,6 @@ function parseResponses(buf, methods = []) {
 }
 
 module.exports = {
-  HOST, ok, eq, skip, diag, run, sleep, startServer, stats, waitStats, connect, waitData,
-  exchange, parseResponses,
+  HOST, ok, eq, skip, diag, run, sleep, startServer, stats, parseStats, waitStats, connect,
+  waitData, exchange, parseResponses,
 };

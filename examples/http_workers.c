@@ -82,7 +82,7 @@ static int bind_sockets(const char *host, int port, unsigned count, int *fds, ch
   int ipv6 = strchr(host, ':') != NULL;
   int r = ipv6 ? uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr)
                : uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
-  unsigned i;
+  unsigned i, j;
   if (r != 0) {
     fprintf(stderr, "http_server: cannot listen on %s:%d: %s\n", host, port, uv_strerror(r));
     return -1;
@@ -104,13 +104,14 @@ static int bind_sockets(const char *host, int port, unsigned count, int *fds, ch
   }
   if (i < count) {
     int err = errno;
-    fprintf(stderr, "http_server: cannot listen on %s:%d (socket %u of %u): %s\n", host, port,
-            i + 1, count, strerror(err));
-    while (i + 1 > 0) {
-      if (fds[i] >= 0)
-        close(fds[i]);
-      i--;
-    }
+    if (count > 1)
+      fprintf(stderr, "http_server: cannot listen on %s:%d (socket %u of %u): %s\n", host, port,
+              i + 1, count, strerror(err));
+    else
+      fprintf(stderr, "http_server: cannot listen on %s:%d: %s\n", host, port, strerror(err));
+    for (j = 0; j <= i; j++) /* fds[i] failed after socket() or in it */
+      if (fds[j] >= 0)
+        close(fds[j]);
     return -1;
   }
   if (ipv6) {

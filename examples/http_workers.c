@@ -24,8 +24,8 @@
 #endif
 #define _DEFAULT_SOURCE /* SO_REUSEPORT is not POSIX: glibc declares it only so */
 #include <errno.h>
-#include <stdarg.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,14 +44,14 @@ typedef struct worker_s {
   workers_t *all;
   uv_thread_t thread;
   uv_loop_t loop;
-  uv_async_t wakeup;             /* the main thread posted a command */
-  uv_prepare_t publish;          /* before each wait for I/O: publish the stats */
+  uv_async_t wakeup;    /* the main thread posted a command */
+  uv_prepare_t publish; /* before each wait for I/O: publish the stats */
   http_server_config_t config;
-  http_server_t *server;         /* the worker's thread; the main thread after the join */
-  int start_status;              /* written before `started` is posted */
-  uv_mutex_t lock;               /* guards the three below */
+  http_server_t *server; /* the worker's thread; the main thread after the join */
+  int start_status;      /* written before `started` is posted */
+  uv_mutex_t lock;       /* guards the three below */
   enum command command;
-  int finished;                  /* the loop has ended: no command is posted any more */
+  int finished; /* the loop has ended: no command is posted any more */
   http_server_stats_t published;
 } worker_t;
 
@@ -59,11 +59,11 @@ struct workers_s {
   worker_t *worker;
   unsigned count;
   const uvtw_options_t *wheel_options;
-  uv_sem_t started;              /* posted by each worker once its server started */
-  uv_loop_t *loop;               /* the main thread's */
-  uv_async_t finished;           /* a worker's loop has ended */
+  uv_sem_t started;    /* posted by each worker once its server started */
+  uv_loop_t *loop;     /* the main thread's */
+  uv_async_t finished; /* a worker's loop has ended */
   uv_signal_t sigint, sigterm;
-  int signals;                   /* received so far */
+  int signals; /* received so far */
   int exit_status;
   uint64_t drain_started_ns, drain_ended_ns;
 };
@@ -96,8 +96,8 @@ static int bind_sockets(const char *host, int port, unsigned count, int *fds, ch
     if (count > 1 && setsockopt(fds[i], SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
       break;
 #endif
-    if (bind(fds[i], (struct sockaddr *)&addr, ipv6 ? sizeof(struct sockaddr_in6)
-                                                    : sizeof(struct sockaddr_in)) != 0)
+    if (bind(fds[i], (struct sockaddr *)&addr,
+             ipv6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in)) != 0)
       break;
     if (i == 0 && getsockname(fds[0], (struct sockaddr *)&addr, &len) != 0)
       break; /* the others bind the port the first one got */
@@ -214,8 +214,7 @@ static void worker_main(void *arg) {
 
 /* Sets up the worker's loop and handles on the main thread, before its
  * thread starts: the main thread may post to it from then on. */
-static int worker_init(workers_t *all, worker_t *w, const http_server_config_t *config,
-                       int fd) {
+static int worker_init(workers_t *all, worker_t *w, const http_server_config_t *config, int fd) {
   int r;
   w->all = all;
   w->config = *config;
@@ -372,8 +371,10 @@ int http_workers_run(const http_server_config_t *config, const uvtw_options_t *w
   }
 #ifndef SO_REUSEPORT
   if (count > 1) {
-    fprintf(stderr, "http_server: --workers %u: more than one worker needs SO_REUSEPORT, "
-                    "which this platform lacks\n", count);
+    fprintf(stderr,
+            "http_server: --workers %u: more than one worker needs SO_REUSEPORT, "
+            "which this platform lacks\n",
+            count);
     return 2;
   }
 #endif

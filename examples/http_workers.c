@@ -193,15 +193,19 @@ static void on_wakeup(uv_async_t *handle) {
 }
 
 /* The worker's thread: its server, on its loop, until the server has shut
- * down. The wakeup and publish handles do not keep the loop alive. */
+ * down. The wakeup and publish handles do not keep the loop alive; a lone
+ * worker answers /stats from its own server and publishes nothing. */
 static void worker_main(void *arg) {
   worker_t *w = arg;
+  int others = w->all->count > 1;
   w->start_status = http_server_start(&w->server, &w->loop, &w->config, w->all->wheel_options);
   uv_sem_post(&w->all->started);
   if (w->server != NULL) {
-    uv_prepare_start(&w->publish, on_publish);
+    if (others)
+      uv_prepare_start(&w->publish, on_publish);
     uv_run(&w->loop, UV_RUN_DEFAULT);
-    on_publish(&w->publish); /* the final stats */
+    if (others)
+      on_publish(&w->publish); /* the final stats */
   }
   uv_mutex_lock(&w->lock);
   w->finished = 1;

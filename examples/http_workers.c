@@ -316,8 +316,9 @@ static void start_signals(workers_t *all) {
   uv_signal_start(&all->sigterm, on_signal, SIGTERM);
 }
 
-/* Starts a thread per worker; a worker whose thread cannot start is marked
- * finished, and the others are told to drain. Returns how many started. */
+/* Starts a thread per worker until one cannot start: that worker and the
+ * ones after it are marked finished, their sockets closed. Returns how many
+ * started (the caller then drains those). */
 static unsigned start_threads(workers_t *all) {
   unsigned i, started;
   int r = 0;

@@ -68,20 +68,20 @@ uint64_t uvtw__clock_ms(const uvtw_wheel_t *w) {
   return w->manual ? w->manual_now : uv_now(w->loop);
 }
 
-uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms) {
-  if (w->tick_ms == 1 || ms == UINT64_MAX)
-    return ms;
-  uint64_t ticks = ms / w->tick_ms + (ms % w->tick_ms != 0);
-  /* A deadline whose multiple of tick_ms is past UINT64_MAX ms saturates. */
-  return ticks > UINT64_MAX / w->tick_ms ? UINT64_MAX : ticks;
-}
-
 static inline uint64_t ticks_down(const uvtw_wheel_t *w, uint64_t ms) {
   return ms / w->tick_ms;
 }
 
 static inline uint64_t ms_of(const uvtw_wheel_t *w, uint64_t ticks) {
   return ticks > UINT64_MAX / w->tick_ms ? UINT64_MAX : ticks * w->tick_ms;
+}
+
+uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms) {
+  if (w->tick_ms == 1 || ms == UINT64_MAX)
+    return ms;
+  uint64_t ticks = ms / w->tick_ms + (ms % w->tick_ms != 0);
+  /* Rounded up to UINT64_MAX ms or past it, a deadline saturates too. */
+  return ms_of(w, ticks) == UINT64_MAX ? UINT64_MAX : ticks;
 }
 
 /* ---- arming the uv_timer_t and keeping the loop alive ------------------- */
@@ -460,7 +460,8 @@ int64_t uvtw_wheel_advance_next(uvtw_wheel_t *w) {
   uint64_t before = w->manual_now;
   uint64_t now = ticks_down(w, uvtw__clock_ms(w));
   manual_pass(w, next > now ? next : now);
-  return (int64_t)(w->manual_now - before);
+  uint64_t moved = w->manual_now - before;
+  return moved > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)moved;
 }
 
 /* ---- loop-thread timers ------------------------------------------------------ */

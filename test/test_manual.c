@@ -406,6 +406,28 @@ static void test_manual_advance_next(void) {
   EXPECT_U64(a.fires, 1, "manual clock, tick_ms 16: ...and it never fires");
   EXPECT_U64(!!uvtw_timer_is_active(&a.timer), 1, "manual clock, tick_ms 16: ...but stays active");
   fx_close(&f);
+
+  /* tick_ms 5 divides UINT64_MAX: a deadline rounded up to exactly
+   * UINT64_MAX ms is the saturated one. */
+  ticked.tick_ms = 5;
+  if (!fx_open(&f, "manual clock, tick_ms 5", &ticked))
+    return;
+  probe_init(f.wheel, &a, 'a', NULL);
+  probe_start(&a, UINT64_MAX - 2 - uvtw_wheel_now(f.wheel), 0);
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EAGAIN,
+             "manual clock, tick_ms 5: a deadline rounded up to exactly UINT64_MAX ms never fires");
+  EXPECT_U64(a.fires, 0, "manual clock, tick_ms 5: ...it did not");
+  fx_close(&f);
+
+  /* A move of more than INT64_MAX ms reads as INT64_MAX, never as an error. */
+  if (!fx_open(&f, "manual clock, a long move", &manual_opts))
+    return;
+  probe_init(f.wheel, &a, 'a', NULL);
+  probe_start(&a, UINT64_MAX - 1 - uvtw_wheel_now(f.wheel), 0);
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), INT64_MAX,
+             "manual clock: advance_next past INT64_MAX ms returns INT64_MAX (>= 0)");
+  EXPECT_U64(a.fires, 1, "manual clock: ...and ran the timer due there");
+  fx_close(&f);
 }
 
 /* ---- Tasks ----------------------------------------------------------------------- */

@@ -6,24 +6,44 @@
  * the loop's async callback takes the list and starts one uv_timer_t per
  * task (with the time already spent in the queue taken off its timeout, so
  * the deadline counts from the call as with uvtw); the timer's callback runs
- * the task and closes the timer.
+ * the task and closes the timer. Its cancel is the equivalent exactly-once
+ * cancel: a per-task atomic state that the canceller and the loop race for
+ * by compare-and-swap, and a reference count so the canceller may touch the
+ * task after the loop is done with it; the loop stops and closes a cancelled
+ * task's uv_timer_t when it notices (when it takes the task in, or when the
+ * timer fires).
  *
- * Two measurements:
+ * Measurements, each figure the median of --runs runs (default 5) with the
+ * smallest and largest in parentheses. The runs are interleaved: run r of
+ * every variant and producer count comes before run r + 1 of any, so noise
+ * on a shared machine spreads over all of them.
  *
  *  1. Throughput. 1, 2 and 4 producer threads share a fixed number of tasks
  *     with random timeouts of 0..50 ms and schedule them as fast as they can.
  *     "calls/s" is tasks / time until the last producer returned from its
- *     last call (the producers' side); "done/s" is tasks / (time until the
- *     last callback ran - 50 ms, the longest timeout), so it equals calls/s
+ *     last call (the producers' side); "done/s" is callbacks run / (time of
+ *     the last callback - 50 ms, the longest timeout), so it equals calls/s
  *     when the loop keeps up and drops when it falls behind; "late" is the
  *     mean and largest delay of a callback past its due time (call +
  *     timeout), the plainest measure of the loop keeping up.
- *     Variants: uvtw fire-and-forget (ticket NULL), uvtw with a ticket that is
- *     released at once, mutex+async.
+ *     "CPU ns" is the CPU time of the producer threads, and of the loop
+ *     thread in uv_run, per task: the work each side does, which the rates
+ *     show only as far as the threads got the CPU.
+ *     Variants: uvtw fire-and-forget (ticket NULL); uvtw with a ticket that
+ *     is released at once; mutex+async; and the cancel pair, uvtw+cancel and
+ *     mutex+async+cancel, where every second task is cancelled by its
+ *     producer right after the call (calls/s there counts the schedules,
+ *     each with its cancel or release).
  *  2. Latency of a 0 ms task from the call (another thread) to the start of
  *     its callback, one task in flight at a time: p50 and p99 in microseconds.
+ *  3. Memory: the process RSS before a burst of 10^6 fire-and-forget tasks
+ *     from one thread (timeouts 0..50 ms), once they have all run, and once
+ *     the wheel is closed. Measured first, on a fresh heap.
  *
- * Usage: bench_tasks [--quick]   (--quick: smaller runs, < 10 s)
+ * Usage: bench_tasks [--quick] [--runs N] [--only IMPL PRODUCERS]
+ *   --quick: smaller runs, < 15 s; --only: throughput of that one variant
+ *   (say "uvtw+ticket 2"), for a profiler, with the CPU time per task of
+ *   the producers and of the loop thread (steadier on a shared machine).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -34,6 +54,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -41,6 +63,7 @@
 
 #define MAX_TIMEOUT_MS 50
 #define MAX_PRODUCERS 4
+#define MAX_RUNS 21
 
 static void die(const char *what, int rc) {
   fprintf(stderr, "bench_tasks: %s: %s\n", what, rc ? uv_strerror(rc) : "failed");
@@ -54,6 +77,12 @@ static uint64_t rng_next(uint64_t *state) { /* splitmix64 */
   return z ^ (z >> 31);
 }
 
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void close_nothing(uv_handle_t *handle) {
   (void)handle;
 }
@@ -62,12 +91,16 @@ static void close_nothing(uv_handle_t *handle) {
 
 typedef void (*task_fn)(void *arg, int status);
 
+enum alt_state { ALT_PENDING, ALT_RAN, ALT_CANCELLED };
+
 typedef struct alt_task_s {
   struct alt_task_s *next;
   uint64_t call_ns;
   uint64_t timeout;
   task_fn cb;
   void *arg;
+  _Atomic int state;
+  _Atomic int refs; /* the loop's, and the canceller's if it holds one */
   uv_timer_t timer;
 } alt_task_t;
 
@@ -79,13 +112,20 @@ typedef struct alt_s {
   uv_async_t async;
 } alt_t;
 
+static void alt_task_unref(alt_task_t *task) {
+  if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) == 1)
+    free(task);
+}
+
 static void alt_task_closed(uv_handle_t *handle) {
-  free(handle->data);
+  alt_task_unref(handle->data);
 }
 
 static void alt_task_due(uv_timer_t *timer) {
   alt_task_t *task = timer->data;
-  task->cb(task->arg, 0);
+  int expected = ALT_PENDING;
+  if (atomic_compare_exchange_strong(&task->state, &expected, ALT_RAN))
+    task->cb(task->arg, 0);
   uv_close((uv_handle_t *)timer, alt_task_closed);
 }
 
@@ -99,10 +139,14 @@ static void alt_drain(uv_async_t *async) {
   uint64_t now = uv_now(alt->loop);
   while (task != NULL) {
     alt_task_t *next = task->next;
-    uint64_t deadline = task->call_ns / 1000000 + task->timeout;
-    uv_timer_init(alt->loop, &task->timer);
-    task->timer.data = task;
-    uv_timer_start(&task->timer, alt_task_due, deadline > now ? deadline - now : 0, 0);
+    if (atomic_load_explicit(&task->state, memory_order_acquire) == ALT_CANCELLED) {
+      alt_task_unref(task); /* noticed before its timer was started */
+    } else {
+      uint64_t deadline = task->call_ns / 1000000 + task->timeout;
+      uv_timer_init(alt->loop, &task->timer);
+      task->timer.data = task;
+      uv_timer_start(&task->timer, alt_task_due, deadline > now ? deadline - now : 0, 0);
+    }
     task = next;
   }
 }
@@ -115,7 +159,9 @@ static int alt_init(alt_t *alt, uv_loop_t *loop) {
   return uv_async_init(loop, &alt->async, alt_drain);
 }
 
-static int alt_schedule(alt_t *alt, uint64_t timeout, task_fn cb, void *arg) {
+/* `ticket` non-NULL: the caller holds a reference, for alt_cancel, that it
+ * gives up with alt_release. */
+static int alt_schedule(alt_t *alt, uint64_t timeout, task_fn cb, void *arg, alt_task_t **ticket) {
   alt_task_t *task = malloc(sizeof *task);
   if (task == NULL)
     return UV_ENOMEM;
@@ -124,6 +170,10 @@ static int alt_schedule(alt_t *alt, uint64_t timeout, task_fn cb, void *arg) {
   task->cb = cb;
   task->arg = arg;
   task->next = NULL;
+  atomic_init(&task->state, ALT_PENDING);
+  atomic_init(&task->refs, ticket != NULL ? 2 : 1);
+  if (ticket != NULL)
+    *ticket = task;
   uv_mutex_lock(&alt->mutex);
   if (alt->tail)
     alt->tail->next = task;
@@ -134,14 +184,34 @@ static int alt_schedule(alt_t *alt, uint64_t timeout, task_fn cb, void *arg) {
   return uv_async_send(&alt->async);
 }
 
+/* 0 if the cancel won (the callback never runs), else UV_EALREADY. */
+static int alt_cancel(alt_task_t *task) {
+  int expected = ALT_PENDING;
+  if (atomic_compare_exchange_strong(&task->state, &expected, ALT_CANCELLED))
+    return 0;
+  return expected == ALT_CANCELLED ? 0 : UV_EALREADY;
+}
+
+static void alt_release(alt_task_t *task) {
+  alt_task_unref(task);
+}
+
 static void alt_close(alt_t *alt) {
   uv_close((uv_handle_t *)&alt->async, close_nothing);
 }
 
 /* ---- One measured run ------------------------------------------------------- */
 
-enum impl { IMPL_UVTW, IMPL_UVTW_TICKET, IMPL_ALT, IMPL_COUNT };
-static const char *const impl_name[IMPL_COUNT] = {"uvtw", "uvtw+ticket", "mutex+async"};
+enum impl { IMPL_UVTW, IMPL_UVTW_TICKET, IMPL_ALT, IMPL_UVTW_CANCEL, IMPL_ALT_CANCEL, IMPL_COUNT };
+static const char *const impl_name[IMPL_COUNT] = {"uvtw", "uvtw+ticket", "mutex+async",
+                                                  "uvtw+cancel", "mutex+cancel"};
+/* The alternative each variant is compared with. */
+static const enum impl impl_yardstick[IMPL_COUNT] = {IMPL_ALT, IMPL_ALT, IMPL_ALT, IMPL_ALT_CANCEL,
+                                                     IMPL_ALT_CANCEL};
+
+static int impl_is_alt(enum impl impl) {
+  return impl == IMPL_ALT || impl == IMPL_ALT_CANCEL;
+}
 
 typedef struct run_s run_t;
 
@@ -158,11 +228,15 @@ typedef struct producer_s {
   uint64_t seed;
   call_t *calls;
   uint64_t done_ns;
+  uint64_t cpu_ns; /* the thread's CPU time */
+  _Atomic int64_t cancels_won; /* -1 until the producer has finished */
   int error;
+  char pad[64];
 } producer_t;
 
 struct run_s {
   enum impl impl;
+  int nproducers;
   uv_loop_t loop;
   uvtw_wheel_t *wheel;
   alt_t alt;
@@ -171,6 +245,7 @@ struct run_s {
   uint64_t total;
   uint64_t done;        /* loop thread */
   uint64_t start_ns;
+  uint64_t loop_cpu_ns; /* the loop thread's CPU time in uv_run */
   uint64_t last_cb_ns;
   double sum_late_ns;
   uint64_t max_late_ns;
@@ -180,8 +255,21 @@ struct run_s {
 
 static run_t *current_run; /* the run whose tasks are in flight */
 
-/* The loop stops when the work is done; the handles are closed only after
- * the producers are joined, so no uv_async_send can race a uv_close. */
+/* Every task has run or been cancelled: the loop stops. The handles are
+ * closed only after the producers are joined, so no uv_async_send can race
+ * a uv_close. */
+static void stop_if_finished(run_t *run) {
+  uint64_t settled = run->done;
+  for (int i = 0; i < run->nproducers; i++) {
+    int64_t won = atomic_load_explicit(&run->producers[i].cancels_won, memory_order_acquire);
+    if (won < 0)
+      return;
+    settled += (uint64_t)won;
+  }
+  if (settled == run->total)
+    uv_stop(&run->loop);
+}
+
 static void count_task(void *arg, int status) {
   run_t *run = current_run;
   const call_t *call = arg;
@@ -193,44 +281,72 @@ static void count_task(void *arg, int status) {
     if (now - due > run->max_late_ns)
       run->max_late_ns = now - due;
   }
-  if (++run->done == run->total) {
-    run->last_cb_ns = uv_hrtime();
-    uv_stop(&run->loop);
+  run->last_cb_ns = now;
+  if (++run->done == run->total || run->impl == IMPL_UVTW_CANCEL || run->impl == IMPL_ALT_CANCEL)
+    stop_if_finished(run);
+}
+
+/* One call of the variant; every second task (odd i) of the cancel pair is
+ * cancelled. Returns 1 if a cancel won, 0, or a negative error. */
+static int call_one(run_t *run, uint32_t i, uint64_t timeout, call_t *call) {
+  int rc, won = 0;
+  uvtw_ticket_t *ticket;
+  alt_task_t *alt_ticket;
+  switch (run->impl) {
+  case IMPL_UVTW:
+    return uvtw_schedule(run->wheel, timeout, count_task, call, NULL);
+  case IMPL_UVTW_TICKET:
+  case IMPL_UVTW_CANCEL:
+    rc = uvtw_schedule(run->wheel, timeout, count_task, call, &ticket);
+    if (rc != 0)
+      return rc;
+    if (run->impl == IMPL_UVTW_CANCEL && (i & 1))
+      won = uvtw_ticket_cancel(ticket) == 0;
+    uvtw_ticket_release(ticket);
+    return won;
+  case IMPL_ALT:
+    return alt_schedule(&run->alt, timeout, count_task, call, NULL);
+  default:
+    rc = alt_schedule(&run->alt, timeout, count_task, call, &alt_ticket);
+    if (rc != 0)
+      return rc;
+    if (i & 1)
+      won = alt_cancel(alt_ticket) == 0;
+    alt_release(alt_ticket);
+    return won;
   }
 }
 
 static void producer_main(void *arg) {
   producer_t *p = arg;
   run_t *run = p->run;
+  int64_t won = 0;
   while (!atomic_load_explicit(&run->go, memory_order_acquire))
     sched_yield();
   for (uint32_t i = 0; i < p->tasks; i++) {
     uint64_t timeout = rng_next(&p->seed) % (MAX_TIMEOUT_MS + 1);
     call_t *call = &p->calls[i];
-    int rc;
     call->timeout = timeout;
     call->call_ns = uv_hrtime();
-    if (run->impl == IMPL_UVTW) {
-      rc = uvtw_schedule(run->wheel, timeout, count_task, call, NULL);
-    } else if (run->impl == IMPL_UVTW_TICKET) {
-      uvtw_ticket_t *ticket;
-      rc = uvtw_schedule(run->wheel, timeout, count_task, call, &ticket);
-      if (rc == 0)
-        uvtw_ticket_release(ticket);
-    } else {
-      rc = alt_schedule(&run->alt, timeout, count_task, call);
-    }
-    if (rc != 0) {
+    int rc = call_one(run, i, timeout, call);
+    if (rc < 0) {
       p->error = rc;
       break;
     }
+    won += rc;
   }
   p->done_ns = uv_hrtime();
+  p->cpu_ns = thread_cpu_ns();
+  atomic_store_explicit(&p->cancels_won, won, memory_order_release);
+  uv_async_send(&run->keepalive); /* the loop checks whether all is done */
 }
 
 static void keepalive_cb(uv_async_t *async) {
   run_t *run = async->data;
-  uv_stop(&run->loop);
+  if (run->nproducers == 0) /* the latency run */
+    uv_stop(&run->loop);
+  else
+    stop_if_finished(run);
 }
 
 static void run_setup(run_t *run, enum impl impl) {
@@ -239,7 +355,7 @@ static void run_setup(run_t *run, enum impl impl) {
   int rc = uv_loop_init(&run->loop);
   if (rc)
     die("uv_loop_init", rc);
-  rc = impl == IMPL_ALT ? alt_init(&run->alt, &run->loop) : uvtw_wheel_new(&run->loop, NULL, &run->wheel);
+  rc = impl_is_alt(impl) ? alt_init(&run->alt, &run->loop) : uvtw_wheel_new(&run->loop, NULL, &run->wheel);
   if (rc)
     die("creating the scheduler", rc);
   rc = uv_async_init(&run->loop, &run->keepalive, keepalive_cb);
@@ -250,7 +366,7 @@ static void run_setup(run_t *run, enum impl impl) {
 
 /* After the producers are joined. */
 static void run_teardown(run_t *run) {
-  if (run->impl == IMPL_ALT)
+  if (impl_is_alt(run->impl))
     alt_close(&run->alt);
   else
     uvtw_wheel_close(run->wheel, NULL, NULL);
@@ -265,37 +381,56 @@ typedef struct throughput_s {
   double done_per_s;
   double mean_late_ms;
   double max_late_ms;
+  double producer_cpu_ns; /* per task: CPU time, a steadier figure on a shared machine */
+  double loop_cpu_ns;
+  double per_batch; /* tasks per drain of uvtw's queue */
 } throughput_t;
 
-static throughput_t measure_throughput(enum impl impl, int producers, uint64_t total) {
-  run_t *run = malloc(sizeof *run);
-  if (run == NULL)
-    die("malloc", UV_ENOMEM);
-  run_setup(run, impl);
-  run->total = total;
-  run->calls = calloc(total, sizeof *run->calls);
-  if (run->calls == NULL)
-    die("calloc", UV_ENOMEM);
-  current_run = run;
+/* Starts the producers, runs the loop until every task ran or was
+ * cancelled, joins them. */
+static void run_producers(run_t *run, int producers, uint64_t total) {
   uint64_t first = 0;
+  run->nproducers = producers;
+  run->total = total;
   for (int i = 0; i < producers; i++) {
     producer_t *p = &run->producers[i];
     p->run = run;
     p->tasks = (uint32_t)(total / (uint64_t)producers + ((uint64_t)i < total % (uint64_t)producers));
     p->seed = UINT64_C(12345) + (uint64_t)i;
     p->calls = run->calls + first;
+    atomic_init(&p->cancels_won, -1);
     first += p->tasks;
     if (uv_thread_create(&p->thread, producer_main, p) != 0)
       die("uv_thread_create", 0);
   }
   run->start_ns = uv_hrtime();
+  run->loop_cpu_ns = thread_cpu_ns();
   atomic_store_explicit(&run->go, 1, memory_order_release);
   uv_run(&run->loop, UV_RUN_DEFAULT);
-  uint64_t last_call_ns = run->start_ns;
+  run->loop_cpu_ns = thread_cpu_ns() - run->loop_cpu_ns;
   for (int i = 0; i < producers; i++) {
     uv_thread_join(&run->producers[i].thread);
     if (run->producers[i].error)
       die("schedule", run->producers[i].error);
+  }
+}
+
+static throughput_t measure_throughput(enum impl impl, int producers, uint64_t total) {
+  run_t *run = malloc(sizeof *run);
+  if (run == NULL)
+    die("malloc", UV_ENOMEM);
+  run_setup(run, impl);
+  run->calls = calloc(total, sizeof *run->calls);
+  if (run->calls == NULL)
+    die("calloc", UV_ENOMEM);
+  current_run = run;
+  run_producers(run, producers, total);
+  uvtw_stats_t stats = {0};
+  if (!impl_is_alt(impl))
+    uvtw_wheel_stats(run->wheel, &stats);
+  uint64_t last_call_ns = run->start_ns, producer_cpu_ns = 0;
+  for (int i = 0; i < producers; i++) {
+    producer_cpu_ns += run->producers[i].cpu_ns;
     if (run->producers[i].done_ns > last_call_ns)
       last_call_ns = run->producers[i].done_ns;
   }
@@ -304,9 +439,12 @@ static throughput_t measure_throughput(enum impl impl, int producers, uint64_t t
   uint64_t done_ns = run->last_cb_ns - run->start_ns;
   throughput_t t = {
       .calls_per_s = (double)total / ((double)(last_call_ns - run->start_ns) / 1e9),
-      .done_per_s = (double)total / ((double)(done_ns > 2 * tail_ns ? done_ns - tail_ns : done_ns / 2) / 1e9),
-      .mean_late_ms = run->sum_late_ns / (double)total / 1e6,
+      .done_per_s = (double)run->done / ((double)(done_ns > 2 * tail_ns ? done_ns - tail_ns : done_ns / 2) / 1e9),
+      .mean_late_ms = run->sum_late_ns / (double)(run->done ? run->done : 1) / 1e6,
       .max_late_ms = (double)run->max_late_ns / 1e6,
+      .producer_cpu_ns = (double)producer_cpu_ns / (double)total,
+      .loop_cpu_ns = (double)run->loop_cpu_ns / (double)total,
+      .per_batch = (double)total / (double)(stats.remote_batches ? stats.remote_batches : 1),
   };
   current_run = NULL;
   free(run->calls);
@@ -340,7 +478,7 @@ static void latency_producer(void *arg) {
     uint64_t call_ns = uv_hrtime();
     int rc;
     if (run->impl == IMPL_ALT) {
-      rc = alt_schedule(&run->alt, 0, latency_task, l);
+      rc = alt_schedule(&run->alt, 0, latency_task, l, NULL);
     } else if (run->impl == IMPL_UVTW_TICKET) {
       uvtw_ticket_t *ticket;
       rc = uvtw_schedule(run->wheel, 0, latency_task, l, &ticket);
@@ -400,82 +538,213 @@ static percentiles_t measure_latency(enum impl impl, uint32_t samples) {
   return p;
 }
 
+/* ---- Memory after a burst --------------------------------------------------- */
+
+static double rss_mib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long size = 0, resident = 0;
+  if (f == NULL)
+    return 0;
+  if (fscanf(f, "%lu %lu", &size, &resident) != 2)
+    resident = 0;
+  fclose(f);
+  return (double)resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
+}
+
+/* RSS before a burst of `total` tasks from one producer, once every task
+ * ran (the wheel still open), and after the wheel closed. */
+static void measure_memory(uint64_t total) {
+  run_t *run = malloc(sizeof *run);
+  if (run == NULL)
+    die("malloc", UV_ENOMEM);
+  run_setup(run, IMPL_UVTW);
+  run->calls = calloc(total, sizeof *run->calls);
+  if (run->calls == NULL)
+    die("calloc", UV_ENOMEM);
+  memset(run->calls, 0xff, total * sizeof *run->calls); /* resident before "before" */
+  current_run = run;
+  double before = rss_mib();
+  run_producers(run, 1, total);
+  double after = rss_mib();
+  run_teardown(run);
+  current_run = NULL;
+  printf("\nmemory: a burst of %" PRIu64 " fire-and-forget tasks from one thread, timeouts 0..%d ms\n\n",
+         total, MAX_TIMEOUT_MS);
+  printf("  RSS before %.1f MiB, after they all ran %.1f MiB (%.2fx), after closing %.1f MiB\n",
+         before, after, after / before, rss_mib());
+  free(run->calls);
+  free(run);
+}
+
 /* ---- Report ------------------------------------------------------------------- */
 
+static int compare_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* "median (min-max)" of n values, sorted in place. */
+typedef struct summary_s {
+  double median, min, max;
+} summary_t;
+
+static summary_t summarize(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, compare_double);
+  summary_t s = {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, v[0], v[n - 1]};
+  return s;
+}
+
+static void print_cell(summary_t s) {
+  char buf[48];
+  snprintf(buf, sizeof buf, "%.2f (%.2f-%.2f)", s.median, s.min, s.max);
+  printf("  %20s", buf);
+}
+
+static const int producer_counts[] = {1, 2, 4};
+enum { NCOUNTS = sizeof producer_counts / sizeof producer_counts[0] };
+
+/* Figures [count][impl][metric][run]. */
+enum { M_CALLS, M_DONE, M_LATE_MEAN, M_LATE_MAX, M_PRODUCER_CPU, M_LOOP_CPU, M_COUNT };
+static double figures[NCOUNTS][IMPL_COUNT][M_COUNT][MAX_RUNS];
+
+static void print_throughput(int runs) {
+  printf("  %-9s  %-12s  %20s  %20s  %20s  %20s  %20s  %20s\n", "producers", "impl", "Mcalls/s",
+         "Mdone/s", "late mean ms", "late max ms", "producers CPU ns", "loop CPU ns");
+  for (int c = 0; c < NCOUNTS; c++)
+    for (int impl = 0; impl < IMPL_COUNT; impl++) {
+      printf("  %-9d  %-12s", producer_counts[c], impl_name[impl]);
+      for (int m = 0; m < M_COUNT; m++) {
+        double v[MAX_RUNS];
+        memcpy(v, figures[c][impl][m], sizeof v);
+        print_cell(summarize(v, runs));
+      }
+      printf("\n");
+    }
+  printf("\n  ratios of medians against the alternative (> 1: uvtw better)\n");
+  printf("  %-9s  %-12s  %10s  %10s  %12s  %14s  %10s\n", "producers", "impl", "calls/s", "done/s",
+         "late mean", "producers CPU", "loop CPU");
+  for (int c = 0; c < NCOUNTS; c++)
+    for (int impl = 0; impl < IMPL_COUNT; impl++) {
+      if (impl_is_alt((enum impl)impl))
+        continue;
+      summary_t s[M_COUNT], alt[M_COUNT];
+      for (int m = 0; m < M_COUNT; m++) {
+        double v[MAX_RUNS];
+        memcpy(v, figures[c][impl][m], sizeof v);
+        s[m] = summarize(v, runs);
+        memcpy(v, figures[c][impl_yardstick[impl]][m], sizeof v);
+        alt[m] = summarize(v, runs);
+      }
+      double late = s[M_LATE_MEAN].median > 0.001 ? s[M_LATE_MEAN].median : 0.001;
+      printf("  %-9d  %-12s  %9.2fx  %9.2fx  %11.2fx  %13.2fx  %9.2fx\n", producer_counts[c],
+             impl_name[impl], s[M_CALLS].median / alt[M_CALLS].median,
+             s[M_DONE].median / alt[M_DONE].median, alt[M_LATE_MEAN].median / late,
+             alt[M_PRODUCER_CPU].median / s[M_PRODUCER_CPU].median,
+             alt[M_LOOP_CPU].median / s[M_LOOP_CPU].median);
+    }
+}
+
+static void run_latency(int runs, uint32_t samples) {
+  static const enum impl latency_impls[] = {IMPL_UVTW, IMPL_UVTW_TICKET, IMPL_ALT};
+  enum { NLAT = 3 };
+  double p50[NLAT][MAX_RUNS], p99[NLAT][MAX_RUNS];
+  printf("\nlatency of a 0 ms task, call (other thread) -> callback, one in flight, "
+         "%u samples per run, median of %d runs (min-max)\n\n",
+         samples, runs);
+  for (int r = 0; r < runs; r++)
+    for (int i = 0; i < NLAT; i++) {
+      percentiles_t p = measure_latency(latency_impls[i], samples);
+      p50[i][r] = p.p50_us;
+      p99[i][r] = p.p99_us;
+    }
+  printf("  %-12s  %20s  %20s\n", "impl", "p50 us", "p99 us");
+  for (int i = 0; i < NLAT; i++) {
+    printf("  %-12s", impl_name[latency_impls[i]]);
+    print_cell(summarize(p50[i], runs));
+    print_cell(summarize(p99[i], runs));
+    printf("\n");
+  }
+}
+
+/* --only: runs of one variant, each figure printed. */
+static int run_only(const char *name, int producers, int runs, uint64_t total) {
+  for (int impl = 0; impl < IMPL_COUNT; impl++) {
+    if (strcmp(name, impl_name[impl]) != 0)
+      continue;
+    for (int r = 0; r < runs; r++) {
+      throughput_t t = measure_throughput((enum impl)impl, producers, total);
+      printf("%s %d: %.2f Mcalls/s, %.2f Mdone/s, late mean %.2f ms, max %.2f ms; CPU ns per "
+             "task: producers %.0f, loop %.0f; tasks per batch %.1f\n",
+             name, producers, t.calls_per_s / 1e6, t.done_per_s / 1e6, t.mean_late_ms,
+             t.max_late_ms, t.producer_cpu_ns, t.loop_cpu_ns, t.per_batch);
+    }
+    return 0;
+  }
+  fprintf(stderr, "bench_tasks: no variant named %s\n", name);
+  return 2;
+}
+
 int main(int argc, char **argv) {
-  int quick = 0;
+  int quick = 0, runs = 0, only_producers = 0;
+  const char *only = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       quick = 1;
+    } else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
+      runs = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--only") == 0 && i + 2 < argc) {
+      only = argv[++i];
+      only_producers = atoi(argv[++i]);
     } else {
-      fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--runs N] [--only IMPL PRODUCERS]\n", argv[0]);
       return 2;
     }
   }
-  const uint64_t total = quick ? 150000 : 400000;
-  const int repeats = quick ? 2 : 3; /* best of: the machine may be shared */
-  const uint32_t samples = quick ? 5000 : 20000;
-  static const int producer_counts[] = {1, 2, 4};
-  enum { NCOUNTS = sizeof producer_counts / sizeof producer_counts[0] };
-  throughput_t best[NCOUNTS][IMPL_COUNT];
+  if (runs == 0)
+    runs = quick ? 1 : 5;
+  if (runs < 1 || runs > MAX_RUNS) {
+    fprintf(stderr, "bench_tasks: --runs must be 1..%d\n", MAX_RUNS);
+    return 2;
+  }
+  const uint64_t total = quick ? 100000 : 400000;
+  const uint32_t samples = quick ? 2000 : 20000;
   uv_cpu_info_t *cpus;
   int ncpus = 0;
+  if (only != NULL) {
+    if (only_producers < 1 || only_producers > MAX_PRODUCERS) {
+      fprintf(stderr, "bench_tasks: --only: 1..%d producers\n", MAX_PRODUCERS);
+      return 2;
+    }
+    return run_only(only, only_producers, runs, total);
+  }
 
   if (uv_cpu_info(&cpus, &ncpus) == 0)
     uv_free_cpu_info(cpus, ncpus);
   printf("bench_tasks: uvtw %s, libuv %s, %d CPUs%s\n", uvtw_version_string(), uv_version_string(),
          ncpus, quick ? ", --quick" : "");
-  printf("\nthroughput: %" PRIu64 " tasks per run shared by the producers, timeouts 0..%d ms, "
-         "best of %d\n",
-         total, MAX_TIMEOUT_MS, repeats);
-  printf("  calls/s: tasks / time to the producers' last return\n"
-         "  done/s: tasks / (time to the last callback - %d ms); late: callback time - due time\n\n",
-         MAX_TIMEOUT_MS);
-  printf("  %-9s  %-12s  %10s  %12s  %10s  %12s  %11s\n", "producers", "impl", "Mcalls/s",
-         "Mcalls/s/thr", "Mdone/s", "late mean ms", "late max ms");
-  for (int c = 0; c < NCOUNTS; c++) {
-    for (int impl = 0; impl < IMPL_COUNT; impl++) {
-      throughput_t b = {0, 0, 1e300, 1e300};
-      for (int r = 0; r < repeats; r++) {
-        throughput_t t = measure_throughput((enum impl)impl, producer_counts[c], total);
-        if (t.calls_per_s > b.calls_per_s)
-          b.calls_per_s = t.calls_per_s;
-        if (t.done_per_s > b.done_per_s)
-          b.done_per_s = t.done_per_s;
-        if (t.mean_late_ms < b.mean_late_ms)
-          b.mean_late_ms = t.mean_late_ms;
-        if (t.max_late_ms < b.max_late_ms)
-          b.max_late_ms = t.max_late_ms;
-      }
-      best[c][impl] = b;
-      printf("  %-9d  %-12s  %10.2f  %12.2f  %10.2f  %12.2f  %11.2f\n", producer_counts[c],
-             impl_name[impl], b.calls_per_s / 1e6, b.calls_per_s / 1e6 / producer_counts[c],
-             b.done_per_s / 1e6, b.mean_late_ms, b.max_late_ms);
-      fflush(stdout);
-    }
-  }
-  printf("\n  ratios against mutex+async (> 1: uvtw faster)\n");
-  printf("  %-9s  %-12s  %10s  %10s  %12s\n", "producers", "impl", "calls/s", "done/s",
-         "late mean");
-  for (int c = 0; c < NCOUNTS; c++)
-    for (int impl = 0; impl < IMPL_ALT; impl++)
-      printf("  %-9d  %-12s  %9.2fx  %9.2fx  %11.2fx\n", producer_counts[c], impl_name[impl],
-             best[c][impl].calls_per_s / best[c][IMPL_ALT].calls_per_s,
-             best[c][impl].done_per_s / best[c][IMPL_ALT].done_per_s,
-             best[c][IMPL_ALT].mean_late_ms / (best[c][impl].mean_late_ms > 0.001 ? best[c][impl].mean_late_ms : 0.001));
+  measure_memory(quick ? 100000 : 1000000);
 
-  printf("\nlatency of a 0 ms task, call (other thread) -> callback, one in flight, %u samples\n\n",
-         samples);
-  printf("  %-12s  %10s  %10s\n", "impl", "p50 us", "p99 us");
-  percentiles_t lat[IMPL_COUNT];
-  for (int impl = 0; impl < IMPL_COUNT; impl++) {
-    lat[impl] = measure_latency((enum impl)impl, samples);
-    printf("  %-12s  %10.1f  %10.1f\n", impl_name[impl], lat[impl].p50_us, lat[impl].p99_us);
-    fflush(stdout);
-  }
-  printf("\n  ratios mutex+async / impl (> 1: uvtw lower latency)\n");
-  for (int impl = 0; impl < IMPL_ALT; impl++)
-    printf("  %-12s  p50 %.2fx  p99 %.2fx\n", impl_name[impl], lat[IMPL_ALT].p50_us / lat[impl].p50_us,
-           lat[IMPL_ALT].p99_us / lat[impl].p99_us);
+  printf("\nthroughput: %" PRIu64 " tasks per run shared by the producers, timeouts 0..%d ms, "
+         "median of %d interleaved runs (min-max)\n",
+         total, MAX_TIMEOUT_MS, runs);
+  printf("  calls/s: tasks / time to the producers' last return\n"
+         "  done/s: callbacks / (time to the last callback - %d ms); late: callback time - due time\n"
+         "  CPU ns: the producer threads' and the loop thread's CPU time per task, steadier than the\n"
+         "          rates when other work shares the machine\n"
+         "  +cancel: every second task cancelled by its producer right after the call\n\n",
+         MAX_TIMEOUT_MS);
+  for (int r = 0; r < runs; r++)
+    for (int c = 0; c < NCOUNTS; c++)
+      for (int impl = 0; impl < IMPL_COUNT; impl++) {
+        throughput_t t = measure_throughput((enum impl)impl, producer_counts[c], total);
+        figures[c][impl][M_CALLS][r] = t.calls_per_s / 1e6;
+        figures[c][impl][M_DONE][r] = t.done_per_s / 1e6;
+        figures[c][impl][M_LATE_MEAN][r] = t.mean_late_ms;
+        figures[c][impl][M_LATE_MAX][r] = t.max_late_ms;
+        figures[c][impl][M_PRODUCER_CPU][r] = t.producer_cpu_ns;
+        figures[c][impl][M_LOOP_CPU][r] = t.loop_cpu_ns;
+      }
+  print_throughput(runs);
+  run_latency(runs, samples);
   return 0;
 }

@@ -50,7 +50,8 @@ uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms);
 void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline);
 /* Unlinks a pending entry and stops the uv_timer_t if nothing is left. */
 void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry);
-/* Counts a callback about to run for an entry due at `deadline` (ticks). */
+/* Counts a callback about to run with status 0 for an entry due at
+ * `deadline` (ticks): fired, and its lateness in late[] and late_max_ms. */
 void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline);
 
 /* tasks.c, for loop.c */

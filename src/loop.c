@@ -39,6 +39,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "late.h"
 
 #define TIMER_UNREF ((uintptr_t)1) /* in wheel_: does not keep the loop alive */
 
@@ -211,9 +212,11 @@ void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
 void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline) {
   uint64_t now = uvtw__clock_ms(w);
   uint64_t due = ms_of(w, deadline);
+  uint64_t late = now > due ? now - due : 0;
   w->stats.fired++;
-  if (now > due && now - due > w->stats.late_max_ms)
-    w->stats.late_max_ms = now - due;
+  w->stats.late[uvtw__late_bucket(late)]++;
+  if (late > w->stats.late_max_ms)
+    w->stats.late_max_ms = late;
 }
 
 /* Runs one expired entry's callback. A repeating timer is filed again

@@ -1,0 +1,51 @@
+/* The lateness histogram's public calls: the buckets' bounds and quantiles
+ * of a window between two copies of the stats. The wheel counts in
+ * loop.c (uvtw__note_fired), through uvtw__late_bucket in late.h. Both
+ * calls read only their arguments: any thread. */
+#include "late.h"
+
+uint64_t uvtw_late_bucket_max(unsigned i) {
+  if (i >= UVTW_LATE_BUCKETS - 1)
+    return UINT64_MAX;
+  if (i < LATE_SUBS) /* the exact buckets below the first power of two */
+    return i;
+  return LATE_BUCKET_MIN(i + 1) - 1;
+}
+
+/* The nearest rank of the q-quantile of n values, max(1, ceil(q * n)), and
+ * never above n (q * n in double may round up past it). */
+static uint64_t nearest_rank(double q, uint64_t n) {
+  double x = q * (double)n;
+  if (x >= (double)n)
+    return n;
+  uint64_t rank = (uint64_t)x;
+  if ((double)rank < x)
+    rank++;
+  return rank > 0 ? rank : 1;
+}
+
+static inline uint64_t add_saturating(uint64_t a, uint64_t b) {
+  return a + b < a ? UINT64_MAX : a + b;
+}
+
+int64_t uvtw_stats_late_quantile(const uvtw_stats_t *now, const uvtw_stats_t *since, double q) {
+  if (now == NULL || !(q >= 0 && q <= 1)) /* the comparisons are false for NaN */
+    return UV_EINVAL;
+  uint64_t window[UVTW_LATE_BUCKETS];
+  uint64_t n = 0;
+  for (unsigned i = 0; i < UVTW_LATE_BUCKETS; i++) {
+    uint64_t before = since != NULL ? since->late[i] : 0;
+    if (before > now->late[i])
+      return UV_EINVAL;
+    window[i] = now->late[i] - before;
+    n = add_saturating(n, window[i]);
+  }
+  if (n == 0)
+    return UV_EAGAIN;
+  uint64_t rank = nearest_rank(q, n);
+  uint64_t seen = 0;
+  unsigned i = 0;
+  while ((seen = add_saturating(seen, window[i])) < rank)
+    i++;
+  return i == UVTW_LATE_BUCKETS - 1 ? (int64_t)LATE_OPEN_MIN : (int64_t)uvtw_late_bucket_max(i);
+}

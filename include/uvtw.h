@@ -377,12 +377,13 @@ UVTW_EXTERN int64_t uvtw_wheel_advance_next(uvtw_wheel_t *wheel);
  *     i >= 4       from (4 + i % 4) << (i / 4 - 1)   1 << (i / 4 - 1)
  *     73 (last)    655,360 (10 min 55 s) and more    open
  *
- * Why this layout: the contract wants 0 to 3 ms exact (a loop on time
- * runs its callbacks 0 or 1 ms late, from the clock's millisecond steps)
- * and no bucket wider than a quarter of its lowest value, so every
- * quantile is within 25% of the true value; four buckets per power of two
- * is the coarsest power-of-two split that keeps it, so 74 buckets (592
- * bytes) reach past ten minutes. A value's bucket is its highest set bit
+ * Why this layout: small values are exact (a loop that keeps up runs its
+ * callbacks 0 or 1 ms late, from the clock's millisecond steps), and no
+ * bucket is wider than a quarter of its lowest value, so a quantile, given
+ * as its bucket's upper bound, is never below the true value and at most a
+ * quarter above it. Four buckets per power of two is the coarsest
+ * power-of-two split that keeps that, so 74 buckets (592 bytes) reach past
+ * ten minutes. A value's bucket is its highest set bit
  * and the two bits below it: a bit scan, a shift and an add, no table and
  * no loop, which is what lets every fire count. */
 
@@ -398,8 +399,8 @@ UVTW_EXTERN uint64_t uvtw_late_bucket_max(unsigned i);
  * the earlier. By nearest rank: the first bucket, in order of lateness,
  * whose cumulative count reaches max(1, ceil(q * n)), given as its upper
  * bound in ms (uvtw_late_bucket_max); for the open last bucket, its lowest
- * value. So a p99 of 12 says: 99% of the callbacks ran at most 12 ms late,
- * up to the bucket's width (a quarter of its lowest value).
+ * value. So a p99 of 15 says: at least 99% of the callbacks ran at most
+ * 15 ms late, and the true p99 is at least 14 (the bucket 14-15).
  * Any thread: it reads only the two structs, which the caller owns (copies,
  * never the wheel's own). O(UVTW_LATE_BUCKETS); allocates nothing.
  * Errors: now NULL, q outside [0, 1] or NaN, or a `since` that counts more

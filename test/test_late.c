@@ -83,6 +83,7 @@ static struct {
   int callbacks;
   int miscounted; /* not exactly one bucket grown by one, or fired not by one */
   int wrong_bucket;
+  uint64_t most_late; /* the largest upper bound of a callback's lateness */
 } g_seen;
 
 static void seen_reset(uvtw_wheel_t *wheel) {
@@ -105,6 +106,8 @@ static void seen_callback(uint64_t lo, uint64_t hi, const char *who) {
       at = i;
     }
   g_seen.callbacks++;
+  if (hi > g_seen.most_late)
+    g_seen.most_late = hi;
   if (grown != 1 || grown_by_one != 1 || s.fired != g_seen.prev.fired + 1) {
     g_seen.miscounted++;
     tap_diag("  %s: %d buckets grew (%d by one), fired grew by %" PRIu64, who, grown, grown_by_one,
@@ -291,8 +294,7 @@ static void test_timers_counted(void) {
   fx_run(&f, UV_RUN_DEFAULT);
   expect_seen(6, T); /* the blocker, a, b, and three runs of r */
   EXPECT_U64(lt_r.runs, 3, "%s: the repeating timer ran three times", T);
-  if (!tap_ok(lt_a.late[0] >= BLOCK_MS - 10 - 1 && lt_b.late[0] >= BLOCK_MS - 30 - 1 &&
-                  lt_r.late[0] >= BLOCK_MS - 10 - 1,
+  if (!tap_ok(lt_a.late[0] >= BLOCK_MS / 2 && lt_r.late[0] >= BLOCK_MS / 2 && lt_b.late[0] > 0,
               "%s: the blocked loop made the timers late (test precondition)", T))
     tap_diag("  a %" PRIu64 ", b %" PRIu64 ", r %" PRIu64 " ms late", lt_a.late[0], lt_b.late[0],
              lt_r.late[0]);
@@ -494,9 +496,11 @@ static void test_windows(void) {
   a.max_runs = 5;
   fx_run(&f, UV_RUN_DEFAULT);
   s1 = fx_stats(f.wheel);
+  g_seen.most_late = 0;
   rec_start(f.wheel, &b, 1, 0, lt_block_action); /* blocks; a, b and r of the timers case */
   fx_run(&f, UV_RUN_DEFAULT);
   s2 = fx_stats(f.wheel);
+  uint64_t most_late = g_seen.most_late;
   rec_start(f.wheel, &c, 1, 0, NULL);
   fx_run(&f, UV_RUN_DEFAULT);
   expect_seen(5 + 6 + 1, T); /* a's five runs, the blocker's six callbacks, c */
@@ -509,13 +513,13 @@ static void test_windows(void) {
   for (size_t k = 0; k < sizeof qs / sizeof qs[0]; k++)
     wrong += uvtw_stats_late_quantile(&s2, &s1, qs[k]) != quantile_from_array(window, qs[k]);
   EXPECT_U64(wrong, 0, "%s: the window's quantiles match the difference of the arrays", T);
-  EXPECT_I64(uvtw_stats_late_quantile(&s2, &s1, 1), reported(bucket_of(lt_a.late[0])),
-             "%s: the window's largest is the most late timer (a, %" PRIu64 " ms)", T,
-             lt_a.late[0]);
+  EXPECT_I64(uvtw_stats_late_quantile(&s2, &s1, 1), reported(bucket_of(most_late)),
+             "%s: the window's largest is the most late of its callbacks (%" PRIu64 " ms)", T,
+             most_late);
   EXPECT_I64(uvtw_stats_late_quantile(&s1, &s0, 1), uvtw_stats_late_quantile(&s1, NULL, 1),
              "%s: a window from the first copy equals all of the second", T);
-  tap_ok(uvtw_stats_late_quantile(&s2, NULL, 1) == uvtw_stats_late_quantile(&s2, &s1, 1),
-         "%s: since start, the largest is the late one too", T);
+  tap_ok(uvtw_stats_late_quantile(&s2, NULL, 1) >= uvtw_stats_late_quantile(&s2, &s1, 1),
+         "%s: since start, the largest is at least the window's largest", T);
   fx_close(&f);
 }
 

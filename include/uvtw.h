@@ -359,10 +359,10 @@ UVTW_EXTERN int64_t uvtw_wheel_advance_next(uvtw_wheel_t *wheel);
  * of them, not at a fixed rate: a callback that blocks the loop for 200 ms
  * shows up in the lateness of every timer due meanwhile.
  *
- * On a manual clock each callback runs when the clock is at its deadline
- * and counts 0 ms; the one exception is an entry made due inside a pass
- * (restarted with timeout 0, say), which runs in the pass one tick later
- * and counts that tick.
+ * A manual-clock wheel counts every callback 0 ms late (and keeps
+ * late_max_ms at 0): its time moves in the test's steps, which say nothing
+ * about the loop, even for an entry made due inside a pass, which runs one
+ * tick later.
  *
  * Counting adds nothing to start, stop or restart, and to a fire a bit
  * scan and an increment: no allocation, no call into libuv.

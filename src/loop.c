@@ -350,15 +350,21 @@ void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
   w->closing = true;
   w->close_cb = cb;
   w->close_arg = arg;
-  uvtw__tasks_close(w);
-  /* Timers become inactive; tasks run with UV_ECANCELED, in deadline order. */
-  wheel_node_t *node;
+  /* Every timer becomes inactive before any task runs with UV_ECANCELED:
+   * all entries move to the expired list and the timers leave it; then the
+   * queued tasks end, then those in the wheel, in deadline order. */
   uvtw__wheel_expire(&w->wheel, UINT64_MAX);
-  while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL) {
+  wheel_node_t *node = w->wheel.expired.next;
+  while (node != &w->wheel.expired) {
     uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
-    count_out(w, entry);
-    if (entry->cb_ == uvtw__task_fire)
-      uvtw__task_fire(entry); /* closing: UV_ECANCELED */
+    node = node->next;
+    if (entry->cb_ != uvtw__task_fire)
+      uvtw__entry_remove(w, entry);
+  }
+  uvtw__tasks_close(w);
+  while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL) {
+    count_out(w, container_of(node, uvtw_timer_t, node_));
+    uvtw__task_fire(container_of(node, uvtw_timer_t, node_)); /* closing: UV_ECANCELED */
   }
   close_handle(w, (uv_handle_t *)&w->timer);
   close_handle(w, (uv_handle_t *)&w->async);

@@ -376,6 +376,52 @@ static void test_close_tasks(void) {
   EXPECT_ERR(late.cancel_rc, UV_EALREADY, "close: ...and releases the last ticket there");
 }
 
+/* Inside the UV_ECANCELED callbacks of a close, every timer is already
+ * inactive, whatever its deadline against the task's: a stop there is a
+ * no-op that counts nothing. */
+typedef struct timers_first_s {
+  uvtw_timer_t early, late;
+  uvtw_wheel_t *wheel;
+  int calls, active_seen, stop_errors;
+  uint64_t stopped_before, stopped_after;
+} timers_first_t;
+
+static void timers_first_cb(void *arg, int status) {
+  timers_first_t *t = arg;
+  (void)status;
+  t->calls++;
+  t->active_seen += uvtw_timer_is_active(&t->early) + uvtw_timer_is_active(&t->late);
+  t->stopped_before = fx_stats(t->wheel).stopped;
+  t->stop_errors += uvtw_timer_stop(&t->early) != 0;
+  t->stop_errors += uvtw_timer_stop(&t->late) != 0;
+  t->stopped_after = fx_stats(t->wheel).stopped;
+}
+
+static void test_close_timers_first(void) {
+  const char *T = "close-timers-first";
+  fx_t f;
+  timers_first_t t;
+  memset(&t, 0, sizeof t);
+  if (!fx_open(&f, T, NULL))
+    return;
+  fx_iteration(&f);
+  t.wheel = f.wheel;
+  uvtw_timer_init(f.wheel, &t.early);
+  uvtw_timer_init(f.wheel, &t.late);
+  uvtw_timer_start(&t.early, fx_noop_timer_cb, 100, 0);
+  uvtw_timer_start(&t.late, fx_noop_timer_cb, 900000, 0);
+  EXPECT_ERR(uvtw_schedule(f.wheel, 500, timers_first_cb, &t, NULL), 0,
+             "%s: a task due between the two timers", T);
+  fx_wheel_close(&f, f.wheel);
+  f.wheel = NULL;
+  EXPECT_U64(t.calls, 1, "%s: the task ran once with UV_ECANCELED", T);
+  EXPECT_U64(t.active_seen, 0,
+             "%s: inside it, both timers (due before and after it) were already inactive", T);
+  EXPECT_U64(t.stop_errors, 0, "%s: stopping them there returns 0", T);
+  EXPECT_U64(t.stopped_after, t.stopped_before, "%s: ...and counts no stop", T);
+  fx_close(&f);
+}
+
 /* A task callback closes the wheel (twice: the second call is ignored). */
 static void test_close_inside_task(void) {
   fx_t f;
@@ -583,8 +629,12 @@ static void test_close_everything_outstanding(void) {
 }
 
 static const tap_case_t cases[] = {
-    TAP_CASE(close_pending_timers), TAP_CASE(close_from_timer_cb),          TAP_CASE(close_tasks),
-    TAP_CASE(close_inside_task),    TAP_CASE(close_everything_outstanding),
+    TAP_CASE(close_pending_timers),
+    TAP_CASE(close_from_timer_cb),
+    TAP_CASE(close_tasks),
+    TAP_CASE(close_inside_task),
+    TAP_CASE(close_everything_outstanding),
+    TAP_CASE(close_timers_first),
 };
 
 FX_MAIN(cases)

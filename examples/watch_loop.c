@@ -44,6 +44,7 @@ static void on_second(uvtw_timer_t *timer) {
     printf("last second: %6" PRIu64 " callbacks late by p50 %" PRId64 " ms, p99 %" PRId64
            " ms, max %" PRId64 " ms\n",
            now.fired - last.fired, p50, p99, max);
+  fflush(stdout); /* a line a second, also into a pipe or a log */
   last = now;
   if (--seconds_left == 0)
     uvtw_wheel_close(wheel, NULL, NULL); /* its timers stop; uv_run returns */

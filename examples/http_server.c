@@ -50,6 +50,7 @@
 #define URL_MAX 64
 #define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
 #define BYTES_MAX (1024 * 1024) /* the largest /bytes?n=N answer */
+#define SPIN_MAX 10000          /* the longest /spin?ms=N, in ms */
 
 static const char *const close_reason_names[CLOSE_REASONS] = {
     "closed_headers_timeout", "closed_request_timeout", "closed_keepalive_timeout",
@@ -68,6 +69,8 @@ struct http_server_s {
   uvtw_stats_t wheel_final;     /* the wheel's statistics just before it closed */
   uv_tcp_t listener;
   uvtw_timer_t accept_retry_timer, grace_timer;
+  uvtw_timer_t second_timer;    /* copies the wheel's statistics once a second */
+  uvtw_stats_t second_start, second_end; /* the last completed second: see http_server.h */
   int accept_waiting;           /* a connection waits in the listener for memory */
   conn_t *connections;          /* list head */
   int shutting_down, wheel_closing;
@@ -264,6 +267,8 @@ void http_server_stats(const http_server_t *s, http_server_stats_t *stats) {
     uvtw_wheel_stats(s->wheel, &stats->wheel);
   else
     stats->wheel = s->wheel_final;
+  stats->second_start = s->second_start;
+  stats->second_end = s->second_end;
 }
 
 static void add_max(uint64_t *sum, uint64_t more) {
@@ -271,11 +276,24 @@ static void add_max(uint64_t *sum, uint64_t more) {
     *sum = more;
 }
 
+static void wheel_stats_add(uvtw_stats_t *w, const uvtw_stats_t *mw) {
+  int i;
+  w->active += mw->active;
+  w->started += mw->started;
+  w->stopped += mw->stopped;
+  w->fired += mw->fired;
+  w->cascaded += mw->cascaded;
+  w->wakeups += mw->wakeups;
+  w->wasted_wakeups += mw->wasted_wakeups;
+  w->remote_batches += mw->remote_batches;
+  add_max(&w->late_max_ms, mw->late_max_ms);
+  for (i = 0; i < UVTW_LATE_BUCKETS; i++)
+    w->late[i] += mw->late[i];
+}
+
 void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *more) {
   http_server_counters_t *c = &sum->counters;
   const http_server_counters_t *m = &more->counters;
-  uvtw_stats_t *w = &sum->wheel;
-  const uvtw_stats_t *mw = &more->wheel;
   int i;
   c->accepted += m->accepted;
   c->open += m->open;
@@ -302,15 +320,20 @@ void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *
   c->drain_dropped += m->drain_dropped;
   c->buffered += m->buffered;
   c->buffered_peak += m->buffered_peak;
-  w->active += mw->active;
-  w->started += mw->started;
-  w->stopped += mw->stopped;
-  w->fired += mw->fired;
-  w->cascaded += mw->cascaded;
-  w->wakeups += mw->wakeups;
-  w->wasted_wakeups += mw->wasted_wakeups;
-  w->remote_batches += mw->remote_batches;
-  add_max(&w->late_max_ms, mw->late_max_ms);
+  wheel_stats_add(&sum->wheel, &more->wheel);
+  wheel_stats_add(&sum->second_start, &more->second_start);
+  wheel_stats_add(&sum->second_end, &more->second_end);
+}
+
+/* A lateness quantile for /stats: the bucket's upper bound in ms, or "-"
+ * when no callback ran in the window. */
+static const char *late_quantile(const uvtw_stats_t *now, const uvtw_stats_t *since, double q,
+                                 char *out, size_t size) {
+  int64_t ms = uvtw_stats_late_quantile(now, since, q);
+  if (ms < 0)
+    return "-";
+  snprintf(out, size, "%" PRId64, ms);
+  return out;
 }
 
 /* One line of key=value pairs (no newline). */
@@ -319,6 +342,7 @@ size_t http_server_format_stats(const http_server_t *s, const http_server_stats_
   http_server_stats_t own;
   const http_server_counters_t *c;
   const uvtw_stats_t *ws;
+  char q[5][24];
   size_t n = 0;
   int i;
   if (stats == NULL) {
@@ -365,6 +389,13 @@ size_t http_server_format_stats(const http_server_t *s, const http_server_stats_
       " wheel_late_max_ms=%" PRIu64,
       ws->active, ws->started, ws->stopped, ws->fired, ws->cascaded, ws->wakeups,
       ws->wasted_wakeups, ws->remote_batches, ws->late_max_ms);
+  PUT(" wheel_late_1s_p50_ms=%s wheel_late_1s_p99_ms=%s wheel_late_1s_max_ms=%s"
+      " wheel_late_p50_ms=%s wheel_late_p99_ms=%s",
+      late_quantile(&stats->second_end, &stats->second_start, 0.5, q[0], sizeof q[0]),
+      late_quantile(&stats->second_end, &stats->second_start, 0.99, q[1], sizeof q[1]),
+      late_quantile(&stats->second_end, &stats->second_start, 1, q[2], sizeof q[2]),
+      late_quantile(ws, NULL, 0.5, q[3], sizeof q[3]),
+      late_quantile(ws, NULL, 0.99, q[4], sizeof q[4]));
 #undef PUT
   return n < size ? n : size - 1;
 }
@@ -468,15 +499,16 @@ static int conn_write(conn_t *c, write_req_t *w, size_t len) {
   return 0;
 }
 
-/* Writes one response. `final` closes the connection once it is written.
- * A HEAD request gets the headers, Content-Length included, without the body. */
-static void conn_respond(conn_t *c, int status, const char *reason, const char *body,
-                         size_t body_len, int final) {
+/* Writes one response, with the header lines `extra` ("" for none, each
+ * ending in CRLF). `final` closes the connection once it is written. A
+ * HEAD request gets the headers, Content-Length included, without the body. */
+static void conn_respond_with(conn_t *c, int status, const char *reason, const char *extra,
+                              const char *body, size_t body_len, int final) {
   http_server_t *s = c->server;
   static const char fmt[] = "HTTP/1.1 %d %s\r\n"
                             "Content-Type: text/plain\r\n"
                             "Content-Length: %zu\r\n"
-                            "%s\r\n";
+                            "%s%s\r\n";
   char conn_header[64];
   size_t cap, n;
   write_req_t *w;
@@ -495,14 +527,14 @@ static void conn_respond(conn_t *c, int status, const char *reason, const char *
              s->config.keep_alive_timeout / 1000);
   else
     snprintf(conn_header, sizeof conn_header, "Connection: keep-alive\r\n");
-  cap = sizeof fmt + 32 + strlen(reason) + strlen(conn_header) + body_len;
+  cap = sizeof fmt + 32 + strlen(reason) + strlen(extra) + strlen(conn_header) + body_len;
   w = malloc(sizeof *w + cap);
   if (w == NULL) {
     conn_close(c, CLOSE_NO_MEMORY);
     return;
   }
   w->interim = 0;
-  n = (size_t)snprintf(w->data, cap, fmt, status, reason, body_len, conn_header);
+  n = (size_t)snprintf(w->data, cap, fmt, status, reason, body_len, extra, conn_header);
   if (send_body) {
     memcpy(w->data + n, body, body_len);
     n += body_len;
@@ -521,6 +553,11 @@ static void conn_respond(conn_t *c, int status, const char *reason, const char *
     c->state = ST_WRITING;
   }
   conn_write(c, w, n);
+}
+
+static void conn_respond(conn_t *c, int status, const char *reason, const char *body,
+                         size_t body_len, int final) {
+  conn_respond_with(c, status, reason, "", body, body_len, final);
 }
 
 /* An error response that ends the connection. */
@@ -707,6 +744,18 @@ static void filler_setup(void) {
   memset(filler, 'x', sizeof filler);
 }
 
+/* A CPU-bound handler: blocks the loop for ms, then answers. The loop's
+ * clock is updated after it, so that the answer's timeouts count from the
+ * real time; the callbacks that fell due meanwhile run late, and the wheel
+ * counts how late. */
+static void spin(conn_t *c, uint64_t ms) {
+  char body[64];
+  int n = snprintf(body, sizeof body, "spun %" PRIu64 " ms\n", ms);
+  uv_sleep((unsigned)ms);
+  uv_update_time(c->server->loop);
+  conn_respond(c, 200, "OK", body, (size_t)n, 0);
+}
+
 static void handle_request(conn_t *c) {
   static const char hello[] = "hello\n";
   static const char not_found[] = "not found\n";
@@ -726,6 +775,13 @@ static void handle_request(conn_t *c) {
       conn_respond(c, 400, "Bad Request", "bad ms\n", 7, 0);
     else
       delay_start(c, ms);
+  } else if (get && strncmp(url, "/spin?ms=", 9) == 0) {
+    char *end;
+    unsigned long long ms = strtoull(url + 9, &end, 10);
+    if (end == url + 9 || *end != '\0' || ms > SPIN_MAX)
+      conn_respond(c, 400, "Bad Request", "bad ms\n", 7, 0);
+    else
+      spin(c, ms);
   } else if (get && strncmp(url, "/bytes?n=", 9) == 0) {
     static uv_once_t filler_once = UV_ONCE_INIT;
     char *end;
@@ -1233,6 +1289,7 @@ static void maybe_finish_shutdown(http_server_t *s) {
   s->wheel_closing = 1;
   uvtw_timer_stop(&s->grace_timer);
   uvtw_timer_stop(&s->accept_retry_timer);
+  uvtw_timer_stop(&s->second_timer);
   uvtw_wheel_stats(s->wheel, &s->wheel_final);
   uvtw_wheel_close(s->wheel, on_wheel_closed, s);
 }
@@ -1262,6 +1319,7 @@ void http_server_shutdown(http_server_t *s) {
   s->shutting_down = 1;
   uv_close((uv_handle_t *)&s->listener, NULL);
   uvtw_timer_stop(&s->accept_retry_timer);
+  uvtw_timer_stop(&s->second_timer); /* it watches a server that takes no new requests */
   for (c = s->connections; c != NULL; c = next) {
     next = c->next;
     if (c->state == ST_IDLE || (c->state == ST_READING && !c->request_started))
@@ -1280,6 +1338,27 @@ void http_server_shutdown_now(http_server_t *s) {
     return;
   drop_all(s);
   maybe_finish_shutdown(s);
+}
+
+/* ---- Watching the loop -------------------------------------------------------
+ * Once a second the server copies its wheel's statistics: the lateness of
+ * the callbacks of the last completed second is the difference of the last
+ * two copies (uvtw_stats_late_quantile), which /stats shows. The timer is
+ * unreferenced, so it never keeps the loop alive, and stops at shutdown. */
+
+static void on_second(uvtw_timer_t *timer) {
+  http_server_t *s = timer->data;
+  s->second_start = s->second_end;
+  uvtw_wheel_stats(s->wheel, &s->second_end);
+}
+
+static void watch_start(http_server_t *s) {
+  uvtw_wheel_stats(s->wheel, &s->second_end);
+  s->second_start = s->second_end; /* an empty window until the first second */
+  uvtw_timer_init(s->wheel, &s->second_timer);
+  s->second_timer.data = s;
+  uvtw_timer_unref(&s->second_timer);
+  uvtw_timer_start(&s->second_timer, on_second, 1000, 1000);
 }
 
 /* ---- Starting --------------------------------------------------------------- */
@@ -1366,6 +1445,7 @@ int http_server_start(http_server_t **server, uv_loop_t *loop,
   uvtw_timer_init(s->wheel, &s->grace_timer);
   s->accept_retry_timer.data = s;
   s->grace_timer.data = s;
+  watch_start(s);
   signal(SIGPIPE, SIG_IGN); /* a peer that went away is an error code, not a signal */
   uv_tcp_init(loop, &s->listener);
   *server = s;

@@ -81,10 +81,14 @@ typedef struct http_server_counters_s {
 } http_server_counters_t;
 
 /* What /stats shows: the counters, and the wheel's statistics (the last
- * ones taken before it closed, once the server has shut down). */
+ * ones taken before it closed, once the server has shut down). The server
+ * copies its wheel's statistics once a second: the last completed second
+ * is the window from second_start to second_end (empty before the first
+ * second has passed), whose lateness quantiles /stats shows. */
 typedef struct http_server_stats_s {
   http_server_counters_t counters;
   uvtw_stats_t wheel;
+  uvtw_stats_t second_start, second_end;
 } http_server_stats_t;
 
 /* Node's defaults (headers 60 s, request 300 s, keep-alive 5 s + 1 s, send
@@ -123,7 +127,10 @@ void http_server_stats(const http_server_t *server, http_server_stats_t *stats);
 
 /* Adds `more` into `sum`, for a process with several servers: counts and
  * peaks add up (a sum of peaks bounds the process's peak), the largest
- * lateness is the largest of either. */
+ * lateness is the largest of either. The lateness histograms add up bucket
+ * by bucket, the last-second copies too, so the quantiles of the sum are
+ * those of every server's callbacks together (of each one's last completed
+ * second for the last-second window). */
 void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *more);
 
 /* The /stats line (no newline) of `stats` (NULL: the server's own), with

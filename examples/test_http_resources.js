@@ -13,7 +13,12 @@
 // 3. Accept without descriptors (the server under `ulimit -n 40`): libuv
 //    drops the connections it cannot take, the server does not spin, and it
 //    serves again once descriptors are free.
-// Loopback only; about 10 s.
+// 4. How late the loop runs, at /stats: the lateness p50, p99 and max of the
+//    last completed second and since start are there and parse; after a
+//    /spin?ms=1200 (the loop blocked 1.2 s, across the once-a-second copy
+//    of the wheel's statistics) the last second's p99 and max say so; with
+//    --workers 2 the sum over the workers says so whichever worker spun.
+// Loopback only; about 15 s.
 const { once } = require('events');
 const fs = require('fs');
 const http = require('http');
@@ -156,10 +161,56 @@ async function acceptNoDescriptors() {
   t.eq((await server.exited).code, 0, 'no descriptors: server exits 0 on SIGTERM');
 }
 
+// A lateness key of /stats: a number of ms, or '-' when no callback ran in
+// the window.
+function isLateness(v) {
+  return v === '-' || (Number.isInteger(v) && v >= 0);
+}
+
+const LATE_KEYS = ['wheel_late_1s_p50_ms', 'wheel_late_1s_p99_ms', 'wheel_late_1s_max_ms',
+  'wheel_late_p50_ms', 'wheel_late_p99_ms'];
+
+async function lateness(name, args) {
+  const SPIN = 1200;
+  const server = await t.startServer(exe, args);
+  const first = await t.stats(server);
+  const bad = LATE_KEYS.filter((k) => !isLateness(first[k]));
+  t.ok(bad.length === 0, `${name}: /stats has ${LATE_KEYS.join(', ')}, each ms or '-'`,
+    `not so: ${bad.map((k) => `${k}=${first[k]}`).join(' ')}`);
+  // The first copy a second after the start makes the window non-empty: the
+  // copying timer's own callback is in it.
+  const quiet = await t.waitStats(server, (s) => Number.isInteger(s.wheel_late_1s_p99_ms), 3000);
+  t.ok(Number.isInteger(quiet.wheel_late_1s_p50_ms) && quiet.wheel_late_1s_p50_ms <= quiet.wheel_late_1s_p99_ms &&
+    quiet.wheel_late_1s_p99_ms <= quiet.wheel_late_1s_max_ms && quiet.wheel_late_1s_max_ms <= quiet.wheel_late_max_ms * 1.25 + 1,
+    `${name}: once a second has passed, p50 <= p99 <= max for the last second ` +
+    `(${quiet.wheel_late_1s_p50_ms}, ${quiet.wheel_late_1s_p99_ms}, ${quiet.wheel_late_1s_max_ms} ms)`,
+    LATE_KEYS.map((k) => `${k}=${quiet[k]}`).join(' '));
+  t.ok(Number.isInteger(quiet.wheel_late_p50_ms) && quiet.wheel_late_p50_ms <= quiet.wheel_late_p99_ms,
+    `${name}: since start, p50 <= p99 (${quiet.wheel_late_p50_ms}, ${quiet.wheel_late_p99_ms} ms)`);
+  const spun = await get(server.port, `/spin?ms=${SPIN}`, SPIN + 5000);
+  t.ok(spun.status === 200 && spun.body === `spun ${SPIN} ms\n` && spun.ms >= SPIN,
+    `${name}: /spin?ms=${SPIN} answers after blocking the loop (${spun.ms.toFixed(0)} ms)`, JSON.stringify(spun));
+  // The copy due during the spin ran at least SPIN - 1000 ms late, and it
+  // ends the last completed second, until the next copy a second later.
+  const late = SPIN - 1000;
+  const st = await t.waitStats(server, (s) => s.wheel_late_1s_p99_ms >= late, 800);
+  t.ok(st.wheel_late_1s_p99_ms >= late && st.wheel_late_1s_max_ms >= late,
+    `${name}: after the spin the last second's p99 and max are at least ${late} ms ` +
+    `(${st.wheel_late_1s_p99_ms}, ${st.wheel_late_1s_max_ms})`,
+    LATE_KEYS.map((k) => `${k}=${st[k]}`).join(' '));
+  t.ok(st.wheel_late_max_ms >= late, `${name}: and so is the largest since start (${st.wheel_late_max_ms} ms)`);
+  const bad400 = await get(server.port, '/spin?ms=10001');
+  t.eq(bad400.status, 400, `${name}: /spin?ms=10001 gets 400 (at most 10000)`);
+  server.proc.kill('SIGTERM');
+  t.eq((await server.exited).code, 0, `${name}: server exits 0 on SIGTERM`);
+}
+
 async function main() {
   await nonReaders();
   await acceptNoMemory();
   await acceptNoDescriptors();
+  await lateness('lateness', []);
+  await lateness('lateness, 2 workers', ['--workers', '2']);
 }
 
 t.run(main, 50000);

@@ -51,11 +51,13 @@
 #define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
 #define BYTES_MAX (1024 * 1024) /* the largest /bytes?n=N answer */
 #define SPIN_MAX 10000          /* the longest /spin?ms=N, in ms */
+#define SAMPLE_MS 10            /* the sampling timer's period, as monitorEventLoopDelay's */
 
 static const char *const close_reason_names[CLOSE_REASONS] = {
     "closed_headers_timeout", "closed_request_timeout", "closed_keepalive_timeout",
     "closed_send_timeout",    "closed_by_peer",         "closed_not_keepalive",
-    "closed_bad_request",     "closed_no_memory",       "closed_shutdown"};
+    "closed_bad_request",     "closed_no_memory",       "closed_shutdown",
+    "closed_shed"};
 
 /* ---- The server ------------------------------------------------------------- */
 
@@ -70,6 +72,7 @@ struct http_server_s {
   uv_tcp_t listener;
   uvtw_timer_t accept_retry_timer, grace_timer;
   uvtw_timer_t second_timer;    /* copies the wheel's statistics once a second */
+  uvtw_timer_t sample_timer;    /* with max_loop_delay: a callback every SAMPLE_MS */
   uvtw_stats_t second_start, second_end; /* the last completed second: see http_server.h */
   int accept_waiting;           /* a connection waits in the listener for memory */
   conn_t *connections;          /* list head */
@@ -166,6 +169,7 @@ struct conn_s {
   uint8_t reading;
   uint8_t peer_ended;         /* EOF from the client: answer what it sent, then close */
   uint8_t request_started;    /* a byte of the current request has arrived */
+  uint8_t shed;               /* its first byte came while the server was shedding */
   uint8_t method;             /* llhttp_method_t of the current request */
   uint8_t url_len;
   uint8_t url_flags;          /* URL_TRUNCATED, URL_SKIP_AUTHORITY */
@@ -320,6 +324,8 @@ void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *
   c->drain_dropped += m->drain_dropped;
   c->buffered += m->buffered;
   c->buffered_peak += m->buffered_peak;
+  c->shed += m->shed;
+  c->shedding += m->shedding;
   wheel_stats_add(&sum->wheel, &more->wheel);
   wheel_stats_add(&sum->second_start, &more->second_start);
   wheel_stats_add(&sum->second_end, &more->second_end);
@@ -361,12 +367,14 @@ size_t http_server_format_stats(const http_server_t *s, const http_server_stats_
       LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH);
   PUT(" headers_timeout_ms=%" PRIu64 " request_timeout_ms=%" PRIu64
       " keep_alive_timeout_ms=%" PRIu64 " keep_alive_timeout_buffer_ms=%" PRIu64
-      " send_timeout_ms=%" PRIu64,
+      " send_timeout_ms=%" PRIu64 " max_loop_delay_ms=%" PRIu64 " retry_after_s=%" PRIu64,
       s->config.headers_timeout, s->config.request_timeout, s->config.keep_alive_timeout,
-      s->config.keep_alive_timeout_buffer, s->config.send_timeout);
+      s->config.keep_alive_timeout_buffer, s->config.send_timeout, s->config.max_loop_delay,
+      s->config.retry_after);
   PUT(" accepted=%" PRIu64 " open=%" PRIu64 " open_peak=%" PRIu64 " accept_errors=%" PRIu64
-      " accept_nomem=%" PRIu64 " requests=%" PRIu64,
-      c->accepted, c->open, c->open_peak, c->accept_errors, c->accept_nomem, c->requests);
+      " accept_nomem=%" PRIu64 " requests=%" PRIu64 " shed=%" PRIu64 " shedding=%" PRIu64,
+      c->accepted, c->open, c->open_peak, c->accept_errors, c->accept_nomem, c->requests,
+      c->shed, c->shedding);
   for (i = 0; i < CLOSE_REASONS; i++)
     PUT(" %s=%" PRIu64, close_reason_names[i], c->closed[i]);
   PUT(" received_bytes=%" PRIu64 " headers_timeouts=%" PRIu64 " request_timeouts=%" PRIu64,
@@ -744,6 +752,18 @@ static void filler_setup(void) {
   memset(filler, 'x', sizeof filler);
 }
 
+/* A new request (its first byte came while the loop lagged): 503, and the
+ * connection closes, so that the client retries later or elsewhere, as
+ * under-pressure answers. */
+static void conn_shed(conn_t *c) {
+  static const char body[] = "loop delay over the limit\n";
+  char retry[48];
+  snprintf(retry, sizeof retry, "Retry-After: %" PRIu64 "\r\n", c->server->config.retry_after);
+  c->server->counters.shed++;
+  c->close_reason = CLOSE_SHED;
+  conn_respond_with(c, 503, "Service Unavailable", retry, body, sizeof body - 1, 1);
+}
+
 /* A CPU-bound handler: blocks the loop for ms, then answers. The loop's
  * clock is updated after it, so that the answer's timeouts count from the
  * real time; the callbacks that fell due meanwhile run late, and the wheel
@@ -762,7 +782,9 @@ static void handle_request(conn_t *c) {
   const char *url = c->url;
   int get = c->method == HTTP_GET || c->method == HTTP_HEAD;
   c->state = ST_HANDLING;
-  if (c->method == HTTP_CONNECT) {
+  if (c->shed && !(get && strcmp(url, "/stats") == 0)) {
+    conn_shed(c); /* /stats is never refused: it is how one watches the lag */
+  } else if (c->method == HTTP_CONNECT) {
     conn_fail(c, 405); /* not a proxy: an answer and a clean close */
   } else if (c->url_flags & URL_TRUNCATED) {
     conn_respond(c, 404, "Not Found", not_found, sizeof not_found - 1, 0);
@@ -834,6 +856,7 @@ static int on_message_begin(llhttp_t *p) {
   c->expect_value = 0;
   c->error_status = 0;
   c->request_started = 1;
+  c->shed = (uint8_t)(s->counters.shedding != 0); /* a request begun before is in flight */
   if (c->state == ST_IDLE) { /* first byte of the next request */
     timeout_stop(c, &c->io_timeout);
     timeout_start(c, &c->headers_timeout, on_headers_timeout, s->config.headers_timeout);
@@ -1290,6 +1313,7 @@ static void maybe_finish_shutdown(http_server_t *s) {
   uvtw_timer_stop(&s->grace_timer);
   uvtw_timer_stop(&s->accept_retry_timer);
   uvtw_timer_stop(&s->second_timer);
+  uvtw_timer_stop(&s->sample_timer);
   uvtw_wheel_stats(s->wheel, &s->wheel_final);
   uvtw_wheel_close(s->wheel, on_wheel_closed, s);
 }
@@ -1319,7 +1343,8 @@ void http_server_shutdown(http_server_t *s) {
   s->shutting_down = 1;
   uv_close((uv_handle_t *)&s->listener, NULL);
   uvtw_timer_stop(&s->accept_retry_timer);
-  uvtw_timer_stop(&s->second_timer); /* it watches a server that takes no new requests */
+  uvtw_timer_stop(&s->second_timer); /* they watch a server that takes no new requests */
+  uvtw_timer_stop(&s->sample_timer);
   for (c = s->connections; c != NULL; c = next) {
     next = c->next;
     if (c->state == ST_IDLE || (c->state == ST_READING && !c->request_started))
@@ -1340,16 +1365,38 @@ void http_server_shutdown_now(http_server_t *s) {
   maybe_finish_shutdown(s);
 }
 
-/* ---- Watching the loop -------------------------------------------------------
+/* ---- Watching the loop, and shedding ------------------------------------------
  * Once a second the server copies its wheel's statistics: the lateness of
  * the callbacks of the last completed second is the difference of the last
- * two copies (uvtw_stats_late_quantile), which /stats shows. The timer is
- * unreferenced, so it never keeps the loop alive, and stops at shutdown. */
+ * two copies (uvtw_stats_late_quantile), which /stats shows. With
+ * max_loop_delay, the copy also decides whether to shed: while the p99 of
+ * the last second is above the limit, new requests get 503 (conn_shed),
+ * until a second is back under it. A request is new if its first byte
+ * arrives while shedding; one begun before, or already being answered
+ * (/delay), is in flight and finishes. GET /stats is always answered. The
+ * p99 is a bucket's upper bound, at most a quarter above the true value
+ * (uvtw.h, "Lateness").
+ *
+ * The wheel samples the loop at every callback it runs: a server's request
+ * timeouts, when they fall due. A sampling timer every SAMPLE_MS keeps a
+ * measure when none is due, as Node's monitorEventLoopDelay does at its
+ * resolution; it runs only when shedding is on, so that an idle server
+ * that does not shed wakes once a second only. Both timers are
+ * unreferenced: they never keep the loop alive, and stop at shutdown. */
+
+static void on_sample(uvtw_timer_t *timer) {
+  (void)timer; /* the wheel counts how late this ran: that is the sample */
+}
 
 static void on_second(uvtw_timer_t *timer) {
   http_server_t *s = timer->data;
+  int64_t p99;
   s->second_start = s->second_end;
   uvtw_wheel_stats(s->wheel, &s->second_end);
+  if (s->config.max_loop_delay == 0)
+    return;
+  p99 = uvtw_stats_late_quantile(&s->second_end, &s->second_start, 0.99);
+  s->counters.shedding = p99 >= 0 && (uint64_t)p99 > s->config.max_loop_delay;
 }
 
 static void watch_start(http_server_t *s) {
@@ -1359,6 +1406,10 @@ static void watch_start(http_server_t *s) {
   s->second_timer.data = s;
   uvtw_timer_unref(&s->second_timer);
   uvtw_timer_start(&s->second_timer, on_second, 1000, 1000);
+  uvtw_timer_init(s->wheel, &s->sample_timer);
+  uvtw_timer_unref(&s->sample_timer);
+  if (s->config.max_loop_delay > 0)
+    uvtw_timer_start(&s->sample_timer, on_sample, SAMPLE_MS, SAMPLE_MS);
 }
 
 /* ---- Starting --------------------------------------------------------------- */
@@ -1374,6 +1425,7 @@ void http_server_config_init(http_server_config_t *c) {
   c->max_header_size = 16384;
   c->max_headers_count = 2000;
   c->max_body_size = 1048576;
+  c->retry_after = 10;
   c->host = "127.0.0.1";
   c->listen_fd = -1;
 }

@@ -32,6 +32,12 @@ typedef struct http_server_config_s {
   uint64_t max_headers_count;         /* 431 beyond */
   uint64_t max_body_size;             /* bytes, at most UINT32_MAX; 413 beyond */
   uint64_t fail_accept_allocs;        /* fault injection: the first N connections get no memory */
+  /* ms; 0 (the default) disables. Once a second the server compares the
+   * p99 lateness of its wheel's callbacks in the last second with it, and
+   * while above, answers new requests (all but GET /stats) with 503,
+   * Retry-After and Connection: close. See "Shedding" in http_server.c. */
+  uint64_t max_loop_delay;
+  uint64_t retry_after; /* s; the Retry-After of those 503s */
   const char *host;                   /* listen address */
   int port;                           /* 0: a free port (http_server_port() tells which) */
   /* -1: the server binds host:port itself. Else a bound socket it listens
@@ -57,6 +63,7 @@ enum http_close_reason {
   CLOSE_BAD_REQUEST,   /* an error response (400, 405, 413, 417, 431) */
   CLOSE_NO_MEMORY,     /* an allocation failed */
   CLOSE_SHUTDOWN,      /* SIGINT/SIGTERM, http_server_shutdown */
+  CLOSE_SHED,          /* a 503 while the loop lags (max_loop_delay) */
   CLOSE_REASONS
 };
 
@@ -78,6 +85,8 @@ typedef struct http_server_counters_s {
   uint64_t drain_answered; /* responses written after the shutdown began */
   uint64_t drain_dropped;  /* connections with a request in flight closed by the shutdown */
   uint64_t buffered, buffered_peak; /* bytes held for connections: kept requests, queued answers */
+  uint64_t shed;     /* requests answered 503 because the loop lagged */
+  uint64_t shedding; /* 1 while the server sheds (summed: the servers shedding) */
 } http_server_counters_t;
 
 /* What /stats shows: the counters, and the wheel's statistics (the last

@@ -36,12 +36,20 @@ static const char usage_text[] =
     "  --max-body-size BYTES       413 beyond, 417 to 'Expect: 100-continue' (default 1048576)\n"
     "  --shutdown-grace MS         after SIGTERM/SIGINT, time left to in-flight requests\n"
     "                              (default 10000)\n"
+    "  --max-loop-delay MS         shed load when the loop lags (default 0: off): once a second\n"
+    "                              each worker compares the p99 lateness of its wheel's callbacks\n"
+    "                              in the last second with MS; above it, new requests (all but\n"
+    "                              /stats) get 503 with Retry-After and Connection: close until a\n"
+    "                              second is back under it (@fastify/under-pressure's\n"
+    "                              maxEventLoopDelay, on a p99 rather than a mean)\n"
+    "  --retry-after S             the Retry-After of those 503s (default 10)\n"
     "  --wheel-tick-ms N           uvtw_options_t.tick_ms of the wheel (default 1)\n"
     "  --fail-accept-allocs N      fault injection: the first N connection allocations fail\n"
     "0 disables a timeout. Routes: GET|HEAD / (hello), /delay?ms=N (answer after N ms, from\n"
-    "the thread pool via uvtw_schedule), /bytes?n=N (N bytes, N <= 1048576), /stats\n"
-    "(counters of every worker summed, then workers=N and worker_accepted=A,B,...);\n"
-    "POST /upload (counts the body).\n"
+    "the thread pool via uvtw_schedule), /bytes?n=N (N bytes, N <= 1048576), /spin?ms=N\n"
+    "(blocks the loop N ms, N <= 10000, as a CPU-bound handler does), /stats (counters of\n"
+    "every worker summed, with the lateness p50, p99 and max of the last second and since\n"
+    "start, then workers=N and worker_accepted=A,B,...); POST /upload (counts the body).\n"
     "Signals: the first SIGTERM/SIGINT makes every worker stop accepting, close idle\n"
     "connections and answer requests in flight (with 'Connection: close'); the server exits 0\n"
     "when all are done or the grace period is over, printing what it dropped; a second one\n"
@@ -96,6 +104,12 @@ static void parse_args(int argc, char **argv, http_server_config_t *config,
     else if (strcmp(a, "--max-body-size") == 0) {
       config->max_body_size = parse_number(v);
       if (config->max_body_size > UINT32_MAX)
+        usage(2);
+    } else if (strcmp(a, "--max-loop-delay") == 0)
+      config->max_loop_delay = parse_number(v);
+    else if (strcmp(a, "--retry-after") == 0) {
+      config->retry_after = parse_number(v);
+      if (config->retry_after > UINT32_MAX)
         usage(2);
     } else if (strcmp(a, "--fail-accept-allocs") == 0)
       config->fail_accept_allocs = parse_number(v);

@@ -14,6 +14,9 @@
  * not freed, so a leak shows as a count that does not come back. libuv's
  * own allocations are not wrapped (it is a library of its own).
  *
+ * A caller's mistakes (NULL handles, a timer bound to no wheel) and
+ * deadlines that overflow are the remaining cases.
+ *
  * Cases run by name: `meson test -C build failures --test-args memory`. */
 #include <dirent.h>
 #include <fcntl.h>
@@ -256,11 +259,90 @@ static void test_memory_schedule(void) {
   EXPECT_I64(live, live_start, "%s: the closed wheel leaves nothing allocated", T);
 }
 
+/* ---- a caller's mistakes, overflowing deadlines --------------------------- */
+
+static void on_timer(uvtw_timer_t *timer) {
+  (void)timer;
+}
+
+/* NULL handles and a timer bound to no wheel: UV_EINVAL or nothing, as
+ * include/uvtw.h says, and the wheel untouched. */
+static void test_caller_mistakes(void) {
+  const char *T = "caller mistakes";
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel = NULL;
+  if (!tap_ok(uv_loop_init(&loop) == 0 && uvtw_wheel_new(&loop, NULL, &wheel) == 0,
+              "%s: a loop and a wheel", T))
+    return;
+  uvtw_stats_t before, after;
+  uvtw_wheel_stats(wheel, &before);
+  uvtw_timer_t unbound;
+  uvtw_timer_init(wheel, NULL);
+  uvtw_timer_init(NULL, &unbound);
+  EXPECT_ERR(uvtw_timer_start(&unbound, on_timer, 10, 0), UV_EINVAL,
+             "%s: start of a timer initialized without a wheel: UV_EINVAL", T);
+  EXPECT_ERR(uvtw_timer_again(&unbound), UV_EINVAL,
+             "%s: again of a timer never started: UV_EINVAL", T);
+  EXPECT_ERR(uvtw_timer_stop(&unbound), 0, "%s: stop of an inactive timer: 0", T);
+  EXPECT_ERR(uvtw_timer_stop(NULL), UV_EINVAL, "%s: stop(NULL): UV_EINVAL", T);
+  EXPECT_ERR(uvtw_timer_again(NULL), UV_EINVAL, "%s: again(NULL): UV_EINVAL", T);
+  close_callbacks = 0;
+  uvtw_wheel_close(NULL, on_close, NULL);
+  uvtw_wheel_stats(wheel, &after);
+  tap_ok(memcmp(&before, &after, sizeof before) == 0 && close_callbacks == 0,
+         "%s: init(NULL timer) and close(NULL wheel) do nothing; the wheel's counters are unchanged", T);
+  close_all(&loop, wheel, T);
+}
+
+/* Deadlines past the end of time saturate: active, never due, on a tick of
+ * 4 ms too, where a deadline just short of UINT64_MAX ms rounds up past
+ * it; a task's deadline on the loop's clock saturates as well. */
+static void test_deadline_overflow(void) {
+  const char *T = "deadline overflow";
+  uv_loop_t loop;
+  uvtw_wheel_t *manual = NULL, *real = NULL;
+  uvtw_options_t coarse_manual = {4, 0, 1}, coarse = {4, 0, 0};
+  if (!tap_ok(uv_loop_init(&loop) == 0 && uvtw_wheel_new(&loop, &coarse_manual, &manual) == 0 &&
+                  uvtw_wheel_new(&loop, &coarse, &real) == 0,
+              "%s: a loop, a manual and a loop-clock wheel with tick_ms 4", T))
+    return;
+  uvtw_timer_t a, b, c;
+  uvtw_timer_init(manual, &a);
+  uvtw_timer_init(manual, &b);
+  uvtw_timer_init(real, &c);
+  uint64_t now = uvtw_wheel_now(manual);
+  EXPECT_ERR(uvtw_timer_start(&a, on_timer, UINT64_MAX - 2 - now, 0), 0,
+             "%s: a start due at UINT64_MAX - 2 ms", T);
+  EXPECT_I64(uvtw_wheel_next_due(manual), INT64_MAX,
+             "%s: rounded up to the tick, it lies past the end: next_due INT64_MAX", T);
+  EXPECT_ERR(uvtw_timer_start(&b, on_timer, UINT64_MAX, 0), 0, "%s: a start with timeout UINT64_MAX", T);
+  EXPECT_ERR(uvtw_wheel_advance(manual, 1000), 0, "%s: the clock moves", T);
+  tap_ok(uvtw_timer_is_active(&a) && uvtw_timer_is_active(&b), "%s: both stay active", T);
+  EXPECT_ERR(uvtw_timer_start(&c, on_timer, UINT64_MAX - 2 - uvtw_wheel_now(real), 0), 0,
+             "%s: the same start on the loop's clock arms the wheel's uv_timer_t", T);
+  EXPECT_I64(uvtw_wheel_next_due(real), INT64_MAX, "%s: ... and is never due", T);
+  uvtw_ticket_t *ticket = NULL;
+  task_probe_t probe = {0, 0};
+  EXPECT_ERR(uvtw_schedule(real, UINT64_MAX, on_task, &probe, &ticket), 0,
+             "%s: a task with timeout UINT64_MAX on the loop's clock", T);
+  EXPECT_I64(uvtw_wheel_next_due(real), INT64_MAX, "%s: ... is never due either", T);
+  EXPECT_ERR(uvtw_ticket_cancel(ticket), 0, "%s: ... and is cancelled", T);
+  uvtw_ticket_release(ticket);
+  uvtw_timer_stop(&a);
+  uvtw_timer_stop(&b);
+  uvtw_timer_stop(&c);
+  uvtw_wheel_close(manual, NULL, NULL);
+  close_all(&loop, real, T);
+  EXPECT_I64(probe.calls, 0, "%s: the cancelled task never ran", T);
+}
+
 int main(int argc, char **argv) {
   static const tap_case_t cases[] = {
       TAP_CASE(descriptors_exhausted),
       TAP_CASE(memory_wheel_new),
       TAP_CASE(memory_schedule),
+      TAP_CASE(caller_mistakes),
+      TAP_CASE(deadline_overflow),
   };
   tap_diag("libuv %s, uvtw %s", uv_version_string(), uvtw_version_string());
   return tap_run_cases(argc, argv, cases, sizeof cases / sizeof cases[0]);

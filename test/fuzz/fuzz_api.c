@@ -53,6 +53,17 @@
 #define FUZZ_API_AGAIN_REPEAT_0 0
 #endif
 
+/* Deadlines past the end of time: a timeout that overflows, or a deadline
+ * that rounding up to the tick carries past UINT64_MAX ms, saturates; such
+ * an entry never fires, and uvtw_wheel_advance_next returns UV_EAGAIN when
+ * nothing else is pending (include/uvtw.h). 1 generates timeouts of any
+ * size and moves the clock anywhere; 0 keeps timeouts, and the clock, below
+ * 2^61 ms, where no deadline comes near the end. */
+#ifndef FUZZ_API_PAST_THE_END
+#define FUZZ_API_PAST_THE_END 1
+#endif
+#define NEAR_ZERO ((uint64_t)1 << 61)
+
 enum {
   TIMERS = 12,
   TASKS = 12,
@@ -163,22 +174,30 @@ static void check_stats(void) {
   CHECK(s.active == m.active, "stats: active counts armed timers and pending tasks");
 }
 
-/* The earliest pending entry's deadline, UINT64_MAX if none; *any: one is
- * pending. */
-static uint64_t earliest(bool *any) {
+/* A deadline (ticks) that saturates: it never fires. */
+static bool past_the_end(uint64_t deadline) {
+  return ms_of(deadline) == UINT64_MAX;
+}
+
+/* The earliest pending entry's deadline, UINT64_MAX if none (only among
+ * those that can fire, if `fireable`); *any: one is pending. */
+static uint64_t earliest_of(bool *any, bool fireable) {
   uint64_t first = UINT64_MAX;
   *any = false;
-  for (int i = 0; i < TIMERS; i++)
-    if (m.timers[i].entry.pending) {
-      *any = true;
-      first = first < m.timers[i].entry.deadline ? first : m.timers[i].entry.deadline;
-    }
-  for (int i = 0; i < TASKS; i++)
-    if (m.tasks[i].state == TASK_PENDING) {
-      *any = true;
-      first = first < m.tasks[i].entry.deadline ? first : m.tasks[i].entry.deadline;
-    }
+  for (int i = 0; i < TIMERS + TASKS; i++) {
+    const entry_t *e = i < TIMERS ? &m.timers[i].entry : &m.tasks[i - TIMERS].entry;
+    bool pending = i < TIMERS ? e->pending : m.tasks[i - TIMERS].state == TASK_PENDING;
+    if (!pending)
+      continue;
+    *any = true;
+    if (!(fireable && past_the_end(e->deadline)) && e->deadline < first)
+      first = e->deadline;
+  }
   return first;
+}
+
+static uint64_t earliest(bool *any) {
+  return earliest_of(any, false);
 }
 
 static void check_queries(void) {
@@ -219,8 +238,8 @@ static void check_fire(const entry_t *e) {
     CHECK(e->deadline <= at, "advance_next: only entries due at its one pass run");
   }
   uint64_t now = uvtw_wheel_now(m.wheel);
-  CHECK(now >= ms_of(e->deadline) || e->deadline == UINT64_MAX, "never early");
-  CHECK(e->deadline != UINT64_MAX, "a saturated deadline never fires");
+  CHECK(!past_the_end(e->deadline), "a deadline past the end of time never fires");
+  CHECK(now >= ms_of(e->deadline), "never early");
   CHECK(now == max_u64(m.call_start_ms, ms_of(at)),
         "on time: the pass runs at the deadline, the call's start, or the tick after the pass that made it due");
   CHECK(!m.fired_any || e->deadline > m.last_deadline ||
@@ -243,12 +262,12 @@ static uint64_t timeout_from(fuzz_input_t *in) {
   switch (fuzz_byte(in) % 8) {
   case 0:
     return 0;
-  case 1:
-    return UINT64_MAX;
+  case 1: /* UINT64_MAX, or close to it */
+    return UINT64_MAX - (FUZZ_API_PAST_THE_END ? fuzz_byte(in) : 0);
   case 2:
     return m.tick * (fuzz_byte(in) % 4); /* on the tick */
   case 3:
-    return fuzz_magnitude(in);
+    return FUZZ_API_PAST_THE_END ? fuzz_magnitude(in) : fuzz_magnitude(in) % NEAR_ZERO;
   default:
     return fuzz_byte(in) % 32;
   }
@@ -435,7 +454,9 @@ static void advance_call(uint64_t ms, bool next_only) {
     return;
   }
   bool any;
-  uint64_t first = earliest(&any);
+  uint64_t first = earliest_of(&any, true);
+  if (first != UINT64_MAX && past_the_end(first))
+    first = UINT64_MAX;
   m.call = ++m.calls;
   m.next_only = next_only;
   m.call_start_ms = m.now;
@@ -446,8 +467,10 @@ static void advance_call(uint64_t ms, bool next_only) {
   if (next_only) {
     uint64_t moved = max_u64(m.now, ms_of(m.pass)) - m.now;
     int64_t r = uvtw_wheel_advance_next(m.wheel);
-    CHECK(first == UINT64_MAX ? r == UV_EAGAIN : r == (int64_t)moved,
-          "advance_next: the ms moved to the earliest deadline, UV_EAGAIN if none can fire");
+    CHECK(first == UINT64_MAX ? r == UV_EAGAIN : r >= 0,
+          "advance_next: >= 0, or UV_EAGAIN if nothing pending can fire");
+    CHECK(first == UINT64_MAX || moved > INT64_MAX || r == (int64_t)moved,
+          "advance_next: the ms the clock moved to the earliest deadline");
     if (first != UINT64_MAX)
       m.now = m.call_start_ms + moved;
   } else {
@@ -530,9 +553,13 @@ static void run_op(void) {
   case 11:
     task_release(k);
     break;
-  case 12:
-    advance_call(fuzz_byte(in) % 2 ? fuzz_byte(in) : fuzz_magnitude(in), false);
+  case 12: {
+    uint64_t ms = fuzz_byte(in) % 2 ? fuzz_byte(in) : fuzz_magnitude(in);
+    if (!FUZZ_API_PAST_THE_END)
+      ms %= m.now < NEAR_ZERO ? NEAR_ZERO - m.now : 256;
+    advance_call(ms, false);
     break;
+  }
   case 13:
     advance_call(0, true);
     break;

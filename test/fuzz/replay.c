@@ -44,6 +44,14 @@ static uint8_t *read_file(const char *path, size_t *size) {
   return exact;
 }
 
+static char *copy_of(const char *name) {
+  size_t size = strlen(name) + 1;
+  char *copy = malloc(size);
+  if (copy != NULL)
+    memcpy(copy, name, size);
+  return copy;
+}
+
 static int by_name(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -73,7 +81,8 @@ int main(int argc, char **argv) {
   }
   while (n < sizeof names / sizeof names[0] && uv_fs_scandir_next(&req, &entry) != UV_EOF)
     if (entry.type == UV_DIRENT_FILE || entry.type == UV_DIRENT_UNKNOWN)
-      names[n++] = strdup(entry.name);
+      if ((names[n] = copy_of(entry.name)) != NULL)
+        n++;
   uv_fs_req_cleanup(&req);
   qsort(names, n, sizeof names[0], by_name);
   tap_diag("corpus %s: %zu files", argv[1], n);

@@ -221,7 +221,7 @@ static void test_memory_schedule(void) {
   const char *T = "memory: uvtw_schedule";
   uv_loop_t loop;
   uvtw_wheel_t *wheel = NULL;
-  uvtw_options_t options = {0, 1, 1}; /* tick 1 ms, max_pending 1, manual clock */
+  uvtw_options_t options = {.max_pending = 1, .manual_clock = 1};
   task_probe_t failed = {0, 0}, scheduled = {0, 0};
   long live_start = live;
   if (!tap_ok(uv_loop_init(&loop) == 0, "%s: a loop", T))
@@ -301,7 +301,7 @@ static void test_deadline_overflow(void) {
   const char *T = "deadline overflow";
   uv_loop_t loop;
   uvtw_wheel_t *manual = NULL, *real = NULL;
-  uvtw_options_t coarse_manual = {4, 0, 1}, coarse = {4, 0, 0};
+  uvtw_options_t coarse_manual = {.tick_ms = 4, .manual_clock = 1}, coarse = {.tick_ms = 4};
   if (!tap_ok(uv_loop_init(&loop) == 0 && uvtw_wheel_new(&loop, &coarse_manual, &manual) == 0 &&
                   uvtw_wheel_new(&loop, &coarse, &real) == 0,
               "%s: a loop, a manual and a loop-clock wheel with tick_ms 4", T))

@@ -329,7 +329,7 @@ static void server_stop(void) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_input_t input = {data, size, 0};
   http_server_config_t config;
-  uvtw_options_t options = {0, 0, 1};
+  uvtw_options_t options = {.manual_clock = 1};
   in = &input;
   shutting_down = false;
   progress_events = 0;

@@ -46,9 +46,12 @@
 #include "fuzz.h"
 #include "uvtw.h"
 
-/* uvtw_timer_again with repeat 0 does nothing and returns 0: an active
- * one-shot timer stays active (the contract, include/uvtw.h). The model
- * follows that; 0 here keeps such calls out of the generated operations. */
+/* uvtw_timer_again with repeat 0 does nothing and returns 0 (an active
+ * one-shot timer stays active), and on a closing wheel returns
+ * UV_ECANCELED whatever the repeat, as start does (the contract,
+ * include/uvtw.h). The model follows that; 0 here keeps again with repeat 0
+ * out of the generated operations, for a library that still stops the
+ * timer. */
 #ifndef FUZZ_API_AGAIN_REPEAT_0
 #define FUZZ_API_AGAIN_REPEAT_0 0
 #endif
@@ -127,10 +130,13 @@ static model_t m;
 
 /* ---- time, as the contract states it ------------------------------------ */
 
+/* A deadline in ms to ticks, rounded up; one rounded past UINT64_MAX ms
+ * saturates, as one that overflows does. */
 static uint64_t ticks_up(uint64_t ms) {
   if (m.tick == 1 || ms == UINT64_MAX)
     return ms;
-  return ms / m.tick + (ms % m.tick != 0);
+  uint64_t ticks = ms / m.tick + (ms % m.tick != 0);
+  return ticks > UINT64_MAX / m.tick ? UINT64_MAX : ticks;
 }
 
 static uint64_t ms_of(uint64_t ticks) {
@@ -325,10 +331,10 @@ static void timer_again(timer_slot_t *t) {
   int r = uvtw_timer_again(t->timer);
   if (!t->started)
     CHECK(r == UV_EINVAL, "again on a timer never started: UV_EINVAL");
-  else if (t->repeat == 0)
-    CHECK(r == 0, "again with repeat 0: 0, and nothing changes");
   else if (m.closing)
     CHECK(r == UV_ECANCELED, "again on a closing wheel: UV_ECANCELED");
+  else if (t->repeat == 0)
+    CHECK(r == 0, "again with repeat 0: 0, and nothing changes");
   else {
     CHECK(r == 0, "again with a repeat: 0, a restart");
     timer_started(t, t->repeat, t->repeat);
@@ -647,7 +653,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_input_t in = {data, size, 0};
   memset(&m, 0, sizeof m);
   m.in = &in;
-  uvtw_options_t options = {0, 0, 1};
+  uvtw_options_t options = {.manual_clock = 1};
   options.tick_ms = tick_from(&in);
   options.max_pending = fuzz_byte(&in) % 4 == 0 ? fuzz_byte(&in) % 5 : 0;
   m.tick = options.tick_ms > 1 ? options.tick_ms : 1;

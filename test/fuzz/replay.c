@@ -56,15 +56,6 @@ static int by_name(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int selected(const char *name, int argc, char **argv) {
-  if (argc <= 2)
-    return 1;
-  for (int i = 2; i < argc; i++)
-    if (strstr(name, argv[i]) != NULL)
-      return 1;
-  return 0;
-}
-
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s CORPUS_DIR [NAME...]\n", argv[0]);
@@ -88,7 +79,7 @@ int main(int argc, char **argv) {
   tap_diag("corpus %s: %zu files", argv[1], n);
   size_t ran = 0;
   for (size_t i = 0; i < n; i++) {
-    if (selected(names[i], argc, argv)) {
+    if (tap_case_selected_(names[i], argc - 1, argv + 1)) { /* by the NAMEs after the directory */
       char path[4096];
       size_t size = 0;
       snprintf(path, sizeof path, "%s/%s", argv[1], names[i]);

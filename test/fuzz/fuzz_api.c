@@ -130,13 +130,13 @@ static model_t m;
 
 /* ---- time, as the contract states it ------------------------------------ */
 
-/* A deadline in ms to ticks, rounded up; one rounded past UINT64_MAX ms
- * saturates, as one that overflows does. */
+/* A deadline in ms to ticks, rounded up; one rounded up to UINT64_MAX ms
+ * or past it saturates, as one that overflows does. */
 static uint64_t ticks_up(uint64_t ms) {
   if (m.tick == 1 || ms == UINT64_MAX)
     return ms;
   uint64_t ticks = ms / m.tick + (ms % m.tick != 0);
-  return ticks > UINT64_MAX / m.tick ? UINT64_MAX : ticks;
+  return ticks > (UINT64_MAX - 1) / m.tick ? UINT64_MAX : ticks;
 }
 
 static uint64_t ms_of(uint64_t ticks) {

@@ -9,8 +9,8 @@
  * be a lower bound (exact: equal) of the reference's.
  * Environment: UVTW_MODEL_STEPS (steps, default 300000), UVTW_SEED.
  *
- * checker: each invariant wheel_check (below) names is broken on purpose,
- * one at a time, and it must report exactly that one.
+ * checker: each invariant wheel_check (wheel_check.c) names is broken on
+ * purpose, one at a time, and it must report exactly that one.
  *
  * Cases run by name: `meson test -C build wheel_model --test-args checker`.
  */
@@ -23,81 +23,7 @@
 
 #include "tap.h"
 #include "wheel.h"
-
-/* ---- the invariant checker ------------------------------------------------ */
-/* Checks every invariant of a wheel; returns NULL if all hold, else what is
- * broken. The model test runs it after every step. */
-
-/* Checks one list's links; counts its nodes into *count. */
-static const char *check_links(const wheel_node_t *head, uint64_t *count) {
-  const wheel_node_t *node = head;
-  do {
-    if (node->next == NULL || node->prev == NULL || node->next->prev == NULL)
-      return "a linked node has a NULL link";
-    if (node->next->prev != node)
-      return "a node's next does not point back to it";
-    if (node != head)
-      ++*count;
-    node = node->next;
-  } while (node != head);
-  return NULL;
-}
-
-static const char *check_slot(const wheel_t *w, unsigned index, uint64_t *count) {
-  const wheel_node_t *head = &w->slots[index];
-  unsigned level = wheel_level_of_slot(index);
-  const char *error = check_links(head, count);
-  if (error != NULL)
-    return error;
-  if ((head->next == head) == ((w->occupied[index / 64] & ((uint64_t)1 << index % 64)) != 0))
-    return "an occupancy bit disagrees with its slot";
-  uint64_t start = wheel_slot_start(w->now, index);
-  for (const wheel_node_t *node = head->next; node != head; node = node->next) {
-    if (node->deadline < w->now)
-      return "a filed deadline is before the wheel's time";
-    if (level == 0 && node->deadline != start)
-      return "a level-0 entry is not in the slot its deadline names";
-    if (node->deadline < start)
-      return "an entry is in a slot after its deadline";
-    if (level == 0 && node->prev != head && node->seq < node->prev->seq)
-      return "a level-0 slot is out of start order";
-    if (node->deadline < head->deadline)
-      return "a slot's minimum is above one of its deadlines";
-  }
-  if (!(head->next == head) && head->deadline < start)
-    return "a slot's minimum lies before the slot";
-  return NULL;
-}
-
-static const char *wheel_check(const wheel_t *w) {
-  uint64_t count = 0;
-  const char *error = check_links(&w->expired, &count);
-  if (error != NULL)
-    return error;
-  for (const wheel_node_t *node = w->expired.next; node != &w->expired; node = node->next) {
-    if (node->deadline > w->now)
-      return "an expired entry is not due";
-    if (node->prev != &w->expired &&
-        (node->deadline < node->prev->deadline ||
-         (node->deadline == node->prev->deadline && node->seq < node->prev->seq)))
-      return "expired entries are out of deadline and start order";
-  }
-  for (unsigned index = 0; index < WHEEL_SLOT_COUNT; index++) {
-    const wheel_node_t *head = &w->slots[index];
-    bool empty_and_clear = head->next == head && head->prev == head &&
-                           !(w->occupied[index / 64] & ((uint64_t)1 << index % 64));
-    if (!empty_and_clear && (error = check_slot(w, index, &count)) != NULL)
-      return error;
-  }
-  if (count != w->count)
-    return "the entry count disagrees with the lists";
-  const wheel_node_t *ahead = &w->expired;
-  while (ahead != w->ahead && (ahead = ahead->next) != &w->expired)
-    ;
-  if (ahead != w->ahead)
-    return "the second walk is not in the expired list";
-  return NULL;
-}
+#include "wheel_check.h"
 
 #define POOL 512
 
@@ -361,6 +287,27 @@ static void test_remove_clears(void) {
          "remove: removed and popped entries are unlinked");
 }
 
+/* While expired entries wait to be popped, both next deadlines are the
+ * first expired entry's, whatever the slots hold. */
+static void test_next_deadline_expired(void) {
+  static wheel_t w;
+  entry_t a, b, c;
+  uvtw__wheel_init(&w, 0);
+  uvtw__wheel_insert(&w, &a.node, 5);
+  uvtw__wheel_insert(&w, &b.node, 6);
+  uvtw__wheel_insert(&w, &c.node, 9);
+  uvtw__wheel_expire(&w, 7);
+  EXPECT_U64(uvtw__wheel_next_deadline(&w), 5, "next deadline: the first expired entry's");
+  EXPECT_U64(uvtw__wheel_next_deadline_exact(&w), 5,
+             "next deadline, exact: the first expired entry's");
+  tap_ok(uvtw__wheel_pop_expired(&w) == &a.node, "next deadline: the first expired pops first");
+  EXPECT_U64(uvtw__wheel_next_deadline_exact(&w), 6,
+             "next deadline, exact: the expired entry left, before the slots' 9");
+  tap_ok(uvtw__wheel_pop_expired(&w) == &b.node && uvtw__wheel_pop_expired(&w) == NULL,
+         "next deadline: the second expired pops, then nothing");
+  EXPECT_U64(uvtw__wheel_next_deadline_exact(&w), 9, "next deadline, exact: then the slot's 9");
+}
+
 /* ---- the checker ------------------------------------------------------------ */
 
 /* A wheel with entries on levels 0, 1 and 2 and in the expired list. */
@@ -505,7 +452,7 @@ int main(int argc, char **argv) {
   static const tap_case_t cases[] = {
       TAP_CASE(model),     TAP_CASE(fifo_across_levels), TAP_CASE(fifo_postponed),
       TAP_CASE(saturated),
-      TAP_CASE(remove_clears), TAP_CASE(checker),
+      TAP_CASE(remove_clears), TAP_CASE(next_deadline_expired), TAP_CASE(checker),
   };
   const char *seed_env = getenv("UVTW_SEED");
   rng_state = seed_env ? strtoull(seed_env, NULL, 10) : 0x9e3779b97f4a7c15u;

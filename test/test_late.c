@@ -56,8 +56,11 @@ static int64_t quantile_from_array(const uint64_t *window, double q) {
       values[n++] = reported(i);
   if (n == 0)
     return UV_EAGAIN;
+  /* The product rounded to a double, as the library computes it: on x87
+   * (i386) an unstored product keeps excess precision. */
+  double qn = q * (double)n;
   uint64_t rank = 1;
-  while ((double)rank < q * (double)n)
+  while ((double)rank < qn)
     rank++;
   return values[rank - 1];
 }

@@ -344,9 +344,9 @@ static void close_handle(uvtw_wheel_t *w, uv_handle_t *handle) {
 void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
   if (w == NULL || w->closing)
     return;
-  if (!uv_is_closing((uv_handle_t *)&w->timer))
-    disarm(w);
-  w->armed = false;
+  if (uv_is_closing((uv_handle_t *)&w->timer))
+    w->armed = false; /* closed by the program: not to be stopped again */
+  disarm(w);
   w->closing = true;
   w->close_cb = cb;
   w->close_arg = arg;
@@ -363,8 +363,9 @@ void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
   }
   uvtw__tasks_close(w);
   while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL) {
-    count_out(w, container_of(node, uvtw_timer_t, node_));
-    uvtw__task_fire(container_of(node, uvtw_timer_t, node_)); /* closing: UV_ECANCELED */
+    uvtw_timer_t *task = container_of(node, uvtw_timer_t, node_);
+    count_out(w, task);
+    uvtw__task_fire(task); /* closing: UV_ECANCELED */
   }
   close_handle(w, (uv_handle_t *)&w->timer);
   close_handle(w, (uv_handle_t *)&w->async);

@@ -315,14 +315,21 @@ static void test_deadline_overflow(void) {
              "%s: a start due at UINT64_MAX - 2 ms", T);
   EXPECT_I64(uvtw_wheel_next_due(manual), INT64_MAX,
              "%s: rounded up to the tick, it lies past the end: next_due INT64_MAX", T);
+  EXPECT_U64(uvtw_timer_get_due_in(&a), UINT64_MAX - now,
+             "%s: get_due_in counts to UINT64_MAX ms, where it saturates", T);
   EXPECT_ERR(uvtw_timer_start(&b, on_timer, UINT64_MAX, 0), 0, "%s: a start with timeout UINT64_MAX", T);
   EXPECT_ERR(uvtw_wheel_advance(manual, 1000), 0, "%s: the clock moves", T);
   tap_ok(uvtw_timer_is_active(&a) && uvtw_timer_is_active(&b), "%s: both stay active", T);
   EXPECT_ERR(uvtw_timer_start(&c, on_timer, UINT64_MAX - 2 - uvtw_wheel_now(real), 0), 0,
              "%s: the same start on the loop's clock arms the wheel's uv_timer_t", T);
   EXPECT_I64(uvtw_wheel_next_due(real), INT64_MAX, "%s: ... and is never due", T);
-  uvtw_ticket_t *ticket = NULL;
+  uvtw_ticket_t *ticket = NULL, *manual_ticket = NULL;
   task_probe_t probe = {0, 0};
+  EXPECT_ERR(uvtw_schedule(manual, UINT64_MAX, on_task, &probe, &manual_ticket), 0,
+             "%s: a task with timeout UINT64_MAX on the manual clock", T);
+  EXPECT_I64(uvtw_wheel_next_due(manual), INT64_MAX, "%s: ... is never due", T);
+  EXPECT_ERR(uvtw_ticket_cancel(manual_ticket), 0, "%s: ... and is cancelled", T);
+  uvtw_ticket_release(manual_ticket);
   EXPECT_ERR(uvtw_schedule(real, UINT64_MAX, on_task, &probe, &ticket), 0,
              "%s: a task with timeout UINT64_MAX on the loop's clock", T);
   EXPECT_I64(uvtw_wheel_next_due(real), INT64_MAX, "%s: ... is never due either", T);

@@ -40,7 +40,7 @@
  *     from one thread (timeouts 0..50 ms), once they have all run, and once
  *     the wheel is closed. Measured first, on a fresh heap.
  *
- * Usage: bench_tasks [--quick] [--runs N] [--only IMPL PRODUCERS]
+ * Usage: bench_tasks [--quick] [--runs COUNT] [--only IMPL PRODUCERS]
  *   --quick: smaller runs, < 15 s; --only: throughput of that one variant
  *   (say "uvtw+ticket 2"), for a profiler, with the CPU time per task of
  *   the producers and of the loop thread (steadier on a shared machine).
@@ -696,7 +696,7 @@ int main(int argc, char **argv) {
       only = argv[++i];
       only_producers = atoi(argv[++i]);
     } else {
-      fprintf(stderr, "usage: %s [--quick] [--runs N] [--only IMPL PRODUCERS]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--runs COUNT] [--only IMPL PRODUCERS]\n", argv[0]);
       return 2;
     }
   }

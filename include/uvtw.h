@@ -93,7 +93,9 @@ typedef struct uvtw_options_s {
    * wakeups, at the price of firing up to tick_ms - 1 ms later. */
   uint32_t tick_ms;
   /* 0: unlimited. Else at most this many tasks from uvtw_schedule may be
-   * pending (queued or in the wheel) at once; past it UV_ENOBUFS. */
+   * pending (queued or in the wheel) at once; past it UV_ENOBUFS. A
+   * cancelled task counts until the loop has let go of it (see
+   * uvtw_ticket_cancel), so this bounds the memory tasks hold. */
   uint32_t max_pending;
   /* 0: the loop's clock. 1: the wheel's own clock, which starts at
    * uv_now(loop) and moves only with uvtw_wheel_advance and

@@ -25,15 +25,18 @@
  * max_pending until the loop lets go of it (let_go), not until the cancel:
  * so max_pending bounds the tasks' memory even while the loop is busy.
  *
- * The part other threads touch (the queue, counters) is a separate
- * allocation, uvtw_shared_t, that lives until the wheel and every task are
- * gone, so tickets stay usable after the wheel closes. Another thread
- * pushes onto the queue, and calls uv_async_send if it found the queue
- * empty, only inside a gate: a closed bit and a count of threads inside.
- * The close shuts the gate and waits for the threads inside to leave, then
- * takes what is queued and closes the handle; a push that finds the gate
- * shut fails with UV_ECANCELED, and so the wheel and its handle outlive
- * every push and send.
+ * A task's block comes from the pool (pool.c). The part other threads
+ * touch (the queue, the pool, counters) is a separate allocation,
+ * uvtw_shared_t, counted by the pool: the wheel holds one reference and
+ * every slab or malloc'd block one, so it lives until the wheel and every
+ * task are gone, and tickets stay usable after the wheel closes. Another
+ * thread takes a block, pushes onto the queue, and calls uv_async_send if
+ * it found the queue empty, only inside a gate: a closed bit and a count
+ * of threads inside. The close shuts the gate and waits for the threads
+ * inside to leave, then takes what is queued, retires the pool and closes
+ * the handle; a call that finds the gate shut fails with UV_ECANCELED, and
+ * so the wheel and its handle outlive every push and send, and no block is
+ * taken from a retired pool.
  */
 #include <assert.h>
 #include <stdatomic.h>
@@ -41,6 +44,7 @@
 
 #include "internal.h"
 #include "mpsc.h"
+#include "pool.h"
 
 enum task_state { TASK_QUEUED, TASK_IN_WHEEL, TASK_CANCELLED, TASK_DONE };
 
@@ -50,10 +54,10 @@ struct uvtw_shared_s {
   uint32_t max_pending; /* 0: unlimited, `pending` not kept */
   bool manual;
   mpsc_t queue;
+  pool_t pool; /* the task blocks, and this struct's reference count */
   /* The loop's thread, written once, before `thread_known` is set. */
   uv_thread_t loop_thread;
   _Atomic bool thread_known;
-  _Atomic uint32_t refs;    /* the wheel's, plus one per task */
   _Atomic uint32_t pending; /* tasks the loop has not let go of (see settle) */
   _Atomic uint64_t gate;    /* bit 0: closed; the rest: twice the threads inside */
   _Atomic uint64_t cancels_won;
@@ -71,8 +75,11 @@ struct uvtw_ticket_s {
   void *arg;
   uint64_t due; /* the deadline in ms; on a manual clock the timeout until taken in */
   uvtw_shared_t *shared;
-  bool filed; /* the loop has filed it in the wheel (loop thread only) */
+  bool filed;   /* the loop has filed it in the wheel (loop thread only) */
+  bool slabbed; /* its block came from a slab (pool.c) */
 };
+
+_Static_assert(sizeof(uvtw_ticket_t) <= POOL_BLOCK, "a task fits in a block");
 
 /* ---- the shared part ------------------------------------------------------- */
 
@@ -84,13 +91,13 @@ int uvtw__shared_new(uvtw_wheel_t *w, uint32_t max_pending) {
   sh->max_pending = max_pending;
   sh->manual = w->manual;
   uvtw__mpsc_init(&sh->queue);
-  atomic_init(&sh->refs, 1); /* calloc made the other counters 0 */
+  uvtw__pool_init(&sh->pool); /* calloc made the other counters 0 */
   w->shared = sh;
   return 0;
 }
 
 void uvtw__shared_release(uvtw_shared_t *sh) {
-  if (atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_acq_rel) == 1)
+  if (uvtw__pool_unref(&sh->pool))
     free(sh);
 }
 
@@ -130,28 +137,32 @@ static void pending_put(uvtw_shared_t *sh) {
     atomic_fetch_sub(&sh->pending, 1);
 }
 
-/* From another thread: queues a task's message and wakes the loop, or
- * returns false if the wheel is closing (see the gate above). Once the
- * message is sure to be queued, and before the loop can see it, `*ticket`
- * (if not NULL) receives the task. */
-static bool send_message(uvtw_shared_t *sh, uvtw_ticket_t *task, uvtw_ticket_t **ticket) {
+/* Another thread enters the gate (see above), unless the wheel is closing. */
+static bool gate_enter(uvtw_shared_t *sh) {
   if (atomic_fetch_add(&sh->gate, 2) & 1) {
     atomic_fetch_sub(&sh->gate, 2);
     return false;
   }
-  if (ticket != NULL)
-    *ticket = task;
-  if (uvtw__mpsc_push(&sh->queue, &task->message))
-    uv_async_send(&sh->wheel->async);
-  atomic_fetch_sub(&sh->gate, 2);
   return true;
 }
 
+/* Inside the gate: queues a task's message, wakes the loop if the queue
+ * was empty, and leaves the gate. */
+static void send_and_leave(uvtw_shared_t *sh, uvtw_ticket_t *task) {
+  if (uvtw__mpsc_push(&sh->queue, &task->message))
+    uv_async_send(&sh->wheel->async);
+  atomic_fetch_sub(&sh->gate, 2);
+}
+
+static void free_block(uvtw_ticket_t *task) {
+  uvtw_shared_t *sh = task->shared;
+  if (uvtw__pool_put(&sh->pool, task, task->slabbed))
+    free(sh);
+}
+
 static void task_unref(uvtw_ticket_t *task) {
-  if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) == 1) {
-    uvtw__shared_release(task->shared);
-    free(task);
-  }
+  if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) == 1)
+    free_block(task);
 }
 
 /* ---- the loop side -------------------------------------------------------- */
@@ -243,9 +254,23 @@ void uvtw__tasks_close(uvtw_wheel_t *w) {
     uv_sleep(0); /* a thread is inside: let it finish its push */
   /* w->closing: queued tasks end with UV_ECANCELED. */
   take_in_list(w, uvtw__mpsc_take_all(&w->shared->queue));
+  uvtw__pool_retire(&w->shared->pool); /* no block is taken from here on */
 }
 
 /* ---- the public calls ------------------------------------------------------ */
+
+/* Takes a place under max_pending and a block for a new task. */
+static int task_new(uvtw_shared_t *sh, uint64_t timeout, uvtw_ticket_t **out) {
+  if (!pending_take(sh))
+    return UV_ENOBUFS;
+  *out = uvtw__pool_get(&sh->pool, timeout);
+  if (*out == NULL) {
+    pending_put(sh);
+    return UV_ENOMEM;
+  }
+  (*out)->slabbed = uvtw__pool_slabbed(timeout);
+  return 0;
+}
 
 int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *arg,
                   uvtw_ticket_t **ticket) {
@@ -253,39 +278,32 @@ int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *
     return UV_EINVAL;
   uvtw_shared_t *sh = wheel->shared;
   bool loop_thread = on_loop_thread(sh);
-  if (loop_thread && wheel->closing)
+  /* Another thread takes its block inside the gate: none is taken once the
+   * close has retired the pool. */
+  if (loop_thread ? wheel->closing : !gate_enter(sh))
     return UV_ECANCELED;
-  uint64_t due = sh->manual ? timeout : uvtw__add_saturating(uv_hrtime() / 1000000, timeout);
-  if (!pending_take(sh))
-    return UV_ENOBUFS;
-  uvtw_ticket_t *task = malloc(sizeof *task);
-  if (task == NULL) {
-    pending_put(sh);
-    return UV_ENOMEM;
+  uvtw_ticket_t *task;
+  int err = task_new(sh, timeout, &task);
+  if (err != 0) {
+    if (!loop_thread)
+      atomic_fetch_sub(&sh->gate, 2);
+    return err;
   }
   uvtw_timer_init(wheel, &task->entry);
   task->entry.cb_ = uvtw__task_fire;
   task->cb = cb;
   task->arg = arg;
-  task->due = due;
+  task->due = sh->manual ? timeout : uvtw__add_saturating(uv_hrtime() / 1000000, timeout);
   task->shared = sh;
   atomic_init(&task->refs, ticket != NULL ? 2 : 1);
-  atomic_fetch_add(&sh->refs, 1);
+  atomic_init(&task->state, loop_thread ? TASK_IN_WHEEL : TASK_QUEUED);
   task->filed = false;
-  if (loop_thread) {
-    atomic_init(&task->state, TASK_IN_WHEEL);
-    if (ticket != NULL)
-      *ticket = task;
+  if (ticket != NULL)
+    *ticket = task; /* before the loop can see the task */
+  if (loop_thread)
     file_task(wheel, task);
-    return 0;
-  }
-  atomic_init(&task->state, TASK_QUEUED);
-  if (!send_message(sh, task, ticket)) {
-    pending_put(sh);
-    uvtw__shared_release(sh);
-    free(task);
-    return UV_ECANCELED;
-  }
+  else
+    send_and_leave(sh, task);
   return 0;
 }
 
@@ -312,9 +330,10 @@ int uvtw_ticket_cancel(uvtw_ticket_t *task) {
   }
   /* Have the loop unlink it now rather than at its deadline. */
   atomic_fetch_add(&sh->cancelled_linked, 1);
+  if (!gate_enter(sh))
+    return 0; /* the closing wheel drops the entry itself */
   atomic_fetch_add(&task->refs, 1); /* the message's reference */
-  if (!send_message(sh, task, NULL))
-    task_unref(task); /* the closing wheel drops the entry itself */
+  send_and_leave(sh, task);
   return 0;
 }
 

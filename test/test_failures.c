@@ -7,12 +7,16 @@
  * error and leave nothing behind.
  *
  * Memory: this executable links the library's own objects (not the shared
- * library) with -Wl,--wrap=malloc,--wrap=calloc,--wrap=free, so every
- * allocation the library makes goes through __wrap_malloc and
- * __wrap_calloc below, which fail the allocation a case asks for, and
+ * library) with -Wl,--wrap=malloc,--wrap=calloc,--wrap=aligned_alloc,
+ * --wrap=free, so every allocation the library makes goes through the
+ * wrappers below, which fail the allocation a case asks for, and
  * every free through __wrap_free; `live` counts the blocks allocated and
  * not freed, so a leak shows as a count that does not come back. libuv's
  * own allocations are not wrapped (it is a library of its own).
+ *
+ * A slab (src/pool.c) put in by another call while one is being allocated,
+ * as when two threads find the slab used up at once: made by a schedule
+ * from inside the wrapped aligned_alloc (test_slab_race).
  *
  * A caller's mistakes (NULL handles, a timer bound to no wheel) and
  * deadlines that overflow are the remaining cases.
@@ -34,9 +38,11 @@
 
 void *__real_malloc(size_t size);
 void *__real_calloc(size_t count, size_t size);
+void *__real_aligned_alloc(size_t alignment, size_t size);
 void __real_free(void *block);
 void *__wrap_malloc(size_t size);
 void *__wrap_calloc(size_t count, size_t size);
+void *__wrap_aligned_alloc(size_t alignment, size_t size);
 void __wrap_free(void *block);
 
 static long fail_in = -1; /* allocations to let through before one fails; -1: none fails */
@@ -58,6 +64,26 @@ void *__wrap_malloc(size_t size) {
 
 void *__wrap_calloc(size_t count, size_t size) {
   void *block = allocation_fails() ? NULL : __real_calloc(count, size);
+  live += block != NULL;
+  return block;
+}
+
+/* Set by test_slab_race: the next slab allocation schedules a task on
+ * this wheel first. */
+static uvtw_wheel_t *schedule_inside;
+static int inside_ran; /* that task's callbacks with status 0 */
+
+static void on_inside(void *arg, int status) {
+  (void)arg;
+  inside_ran += status == 0;
+}
+
+void *__wrap_aligned_alloc(size_t alignment, size_t size) {
+  uvtw_wheel_t *wheel = schedule_inside;
+  schedule_inside = NULL;
+  if (wheel != NULL && uvtw_schedule(wheel, 5, on_inside, NULL, NULL) != 0)
+    return NULL;
+  void *block = allocation_fails() ? NULL : __real_aligned_alloc(alignment, size);
   live += block != NULL;
   return block;
 }
@@ -238,10 +264,13 @@ static void test_memory_schedule(void) {
   int r = uvtw_schedule(wheel, 5, on_task, &failed, &ticket);
   fail_in = 0;
   int r_forget = uvtw_schedule(wheel, 5, on_task, &failed, NULL);
+  fail_in = 0;
+  int r_long = uvtw_schedule(wheel, 5000, on_task, &failed, &ticket);
   fail_in = -1;
   uvtw_wheel_stats(wheel, &after);
   EXPECT_ERR(r, UV_ENOMEM, "%s: with a ticket: UV_ENOMEM", T);
   EXPECT_ERR(r_forget, UV_ENOMEM, "%s: fire-and-forget: UV_ENOMEM", T);
+  EXPECT_ERR(r_long, UV_ENOMEM, "%s: a timeout of seconds (a malloc'd block): UV_ENOMEM", T);
   tap_ok(ticket == SENTINEL_TICKET, "%s: *ticket is untouched", T);
   EXPECT_I64(live, live_before, "%s: nothing is left allocated", T);
   tap_ok(after.started == before.started && after.active == before.active,
@@ -255,6 +284,36 @@ static void test_memory_schedule(void) {
          scheduled.calls);
   if (ticket != SENTINEL_TICKET)
     uvtw_ticket_release(ticket);
+  close_all(&loop, wheel, T);
+  EXPECT_I64(live, live_start, "%s: the closed wheel leaves nothing allocated", T);
+}
+
+/* Two calls find the slab of their timeout class used up (here: none yet)
+ * at once: the one that puts its new slab in second frees it and takes a
+ * block of the other's. Both tasks run; nothing is left allocated. */
+static void test_slab_race(void) {
+  const char *T = "slab race";
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel = NULL;
+  uvtw_options_t options = {.manual_clock = 1};
+  task_probe_t outer = {0, 0};
+  long live_start = live;
+  if (!tap_ok(uv_loop_init(&loop) == 0, "%s: a loop", T))
+    return;
+  if (!EXPECT_ERR(uvtw_wheel_new(&loop, &options, &wheel), 0, "%s: a wheel", T)) {
+    close_all(&loop, NULL, T);
+    return;
+  }
+  long live_before = live, made_before = made;
+  inside_ran = 0;
+  schedule_inside = wheel;
+  EXPECT_ERR(uvtw_schedule(wheel, 5, on_task, &outer, NULL), 0,
+             "%s: a schedule whose slab allocation is overtaken succeeds", T);
+  EXPECT_I64(made - made_before, 2, "%s: two slabs were allocated", T);
+  EXPECT_I64(live - live_before, 1, "%s: the one put in second was freed", T);
+  EXPECT_ERR(uvtw_wheel_advance(wheel, 10), 0, "%s: the clock moves past the deadlines", T);
+  tap_ok(outer.calls == 1 && outer.status == 0 && inside_ran == 1,
+         "%s: both tasks ran once (outer %d, inside %d)", T, outer.calls, inside_ran);
   close_all(&loop, wheel, T);
   EXPECT_I64(live, live_start, "%s: the closed wheel leaves nothing allocated", T);
 }
@@ -348,6 +407,7 @@ int main(int argc, char **argv) {
       TAP_CASE(descriptors_exhausted),
       TAP_CASE(memory_wheel_new),
       TAP_CASE(memory_schedule),
+      TAP_CASE(slab_race),
       TAP_CASE(caller_mistakes),
       TAP_CASE(deadline_overflow),
   };

@@ -242,8 +242,16 @@ static uint64_t run_pass(uvtw_wheel_t *w, uint64_t now) {
   if (!w->collected)
     uvtw__wheel_expire(&w->wheel, now);
   w->collected = false;
-  while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL)
+  while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL) {
+    /* While this callback runs, the entry after next is fetched, and the
+     * next task's argument, which its callback most likely reads first. */
+    wheel_node_t *next = w->wheel.expired.next; /* the list's head at its end */
+    UVTW_PREFETCH(next->next);
+    UVTW_PREFETCH((char *)next->next + 64);
+    if (next != &w->wheel.expired)
+      uvtw__task_prefetch(container_of(next, uvtw_timer_t, node_));
     fire(w, container_of(node, uvtw_timer_t, node_));
+  }
   w->in_pass = false;
   return w->stats.fired - fired_before;
 }

@@ -1,6 +1,6 @@
-/* What the C standard leaves to each compiler: bit scans, and keeping a
- * function out of line; with GCC and Clang's builtins and attributes, and
- * in plain C for any other compiler. The library also needs C11
+/* What the C standard leaves to each compiler: bit scans, keeping a
+ * function out of line, and prefetching; with GCC and Clang's builtins and
+ * attributes, and in plain C (or not at all) for any other compiler. The library also needs C11
  * <stdatomic.h>, which every compiler it builds with has (meson.build
  * refuses MSVC, whose C compiler has it only as an experiment). */
 #ifndef UVTW_PORT_H
@@ -11,6 +11,7 @@
 #if defined(__GNUC__) || defined(__clang__)
 
 #define UVTW_NOINLINE __attribute__((noinline))
+#define UVTW_PREFETCH(address) __builtin_prefetch(address)
 
 /* Index of the highest set bit of x; x != 0. */
 static inline int uvtw_highest_bit(uint64_t x) {
@@ -25,6 +26,7 @@ static inline int uvtw_lowest_bit(uint64_t x) {
 #else
 
 #define UVTW_NOINLINE
+#define UVTW_PREFETCH(address) ((void)(address))
 
 static inline int uvtw_highest_bit(uint64_t x) {
   int index = 0;

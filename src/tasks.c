@@ -200,6 +200,11 @@ void uvtw__task_fire(uvtw_timer_t *entry) {
   settle(w, task, w->closing ? UV_ECANCELED : 0);
 }
 
+void uvtw__task_prefetch(const uvtw_timer_t *entry) {
+  if (entry->cb_ == uvtw__task_fire)
+    UVTW_PREFETCH(container_of(entry, const uvtw_ticket_t, entry)->arg);
+}
+
 /* Puts a task that is IN_WHEEL into the wheel, or ends it if closing. */
 static void file_task(uvtw_wheel_t *w, uvtw_ticket_t *task) {
   if (w->closing) {

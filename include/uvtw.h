@@ -285,8 +285,12 @@ UVTW_EXTERN int uvtw_timer_has_ref(const uvtw_timer_t *timer);
  * exactly once with uvtw_ticket_release; NULL means fire-and-forget.
  * *ticket is written before the task can run, so its callback may read it
  * from where `ticket` points (a field of `arg`, say).
- * Any thread. Cost: one allocation and a few atomic operations, plus one
- * uv_async_send when the queue was empty.
+ * Any thread. Cost: a few atomic operations, plus one uv_async_send when
+ * the queue was empty. Memory: a task with a timeout under a second takes
+ * a 128-byte block from a 256 KiB slab shared with tasks of about the same
+ * timeout; a slab goes back to the C library once every task in it has
+ * ended and its ticket been released, so release tickets when done with
+ * them. A task of a second or more has a malloc'd block of its own.
  * Errors (nothing queued, *ticket untouched): wheel or cb NULL -> UV_EINVAL;
  * no memory -> UV_ENOMEM; max_pending reached -> UV_ENOBUFS; wheel closing
  * (from uvtw_wheel_close until its callback returns) -> UV_ECANCELED. A call
@@ -308,8 +312,9 @@ UVTW_EXTERN int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_c
 UVTW_EXTERN int uvtw_ticket_cancel(uvtw_ticket_t *ticket);
 
 /* Gives up the ticket; does not cancel. Exactly once per ticket, any thread,
- * before or after the task ran, was cancelled, or the wheel closed. NULL is
- * ignored. Lock-free, O(1). */
+ * before or after the task ran, was cancelled, or the wheel closed. A
+ * ticket holds the task's memory (see uvtw_schedule). NULL is ignored.
+ * Lock-free, O(1). */
 UVTW_EXTERN void uvtw_ticket_release(uvtw_ticket_t *ticket);
 
 /* ---- Manual clock (wheels made with manual_clock = 1) ------------------- */

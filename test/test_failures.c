@@ -318,6 +318,45 @@ static void test_slab_race(void) {
   EXPECT_I64(live, live_start, "%s: the closed wheel leaves nothing allocated", T);
 }
 
+/* Slabs go back once their tasks have ended and their tickets been
+ * released: 5,000 tasks of one timeout class fill three 256 KiB slabs
+ * (2,047 blocks each); once they ran, only the slab still being filled is
+ * left, and a ticket kept holds its slab until it is released. A task of
+ * seconds has a malloc'd block, freed when it ends. */
+static void test_slabs_given_back(void) {
+  const char *T = "slabs given back";
+  enum { TASKS = 5000 };
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel = NULL;
+  uvtw_options_t options = {.manual_clock = 1};
+  task_probe_t probe = {0, 0};
+  long live_start = live;
+  if (!tap_ok(uv_loop_init(&loop) == 0, "%s: a loop", T))
+    return;
+  if (!EXPECT_ERR(uvtw_wheel_new(&loop, &options, &wheel), 0, "%s: a wheel", T)) {
+    close_all(&loop, NULL, T);
+    return;
+  }
+  long live_before = live, made_before = made;
+  uvtw_ticket_t *kept = NULL;
+  int failures = 0;
+  for (int i = 0; i < TASKS; i++)
+    failures += uvtw_schedule(wheel, 5, on_task, &probe, i == 0 ? &kept : NULL) != 0;
+  failures += uvtw_schedule(wheel, 5000, on_task, &probe, NULL) != 0;
+  EXPECT_I64(failures, 0, "%s: %d tasks of 5 ms and one of 5 s scheduled", T, TASKS);
+  EXPECT_I64(made - made_before, 4, "%s: three slabs and one malloc'd block", T);
+  EXPECT_ERR(uvtw_wheel_advance(wheel, 10), 0, "%s: the clock moves past the 5 ms tasks", T);
+  EXPECT_I64(probe.calls, TASKS, "%s: they all ran", T);
+  EXPECT_I64(live - live_before, 3,
+             "%s: left: the first slab (its ticket is kept), the one being filled, the 5 s task", T);
+  uvtw_ticket_release(kept);
+  EXPECT_I64(live - live_before, 2, "%s: the ticket released, its slab went back", T);
+  EXPECT_ERR(uvtw_wheel_advance(wheel, 5000), 0, "%s: the clock moves past the 5 s task", T);
+  EXPECT_I64(live - live_before, 1, "%s: the 5 s task's block went back once it ran", T);
+  close_all(&loop, wheel, T);
+  EXPECT_I64(live, live_start, "%s: the closed wheel leaves nothing allocated", T);
+}
+
 /* ---- a caller's mistakes, overflowing deadlines --------------------------- */
 
 static void on_timer(uvtw_timer_t *timer) {
@@ -408,6 +447,7 @@ int main(int argc, char **argv) {
       TAP_CASE(memory_wheel_new),
       TAP_CASE(memory_schedule),
       TAP_CASE(slab_race),
+      TAP_CASE(slabs_given_back),
       TAP_CASE(caller_mistakes),
       TAP_CASE(deadline_overflow),
   };

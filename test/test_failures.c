@@ -241,6 +241,17 @@ static void test_memory_wheel_new(void) {
   }
 }
 
+/* A loop and a wheel on it, or false (with the loop closed). */
+static int open_wheel(uv_loop_t *loop, const uvtw_options_t *options, uvtw_wheel_t **wheel,
+                      const char *T) {
+  if (!tap_ok(uv_loop_init(loop) == 0, "%s: a loop", T))
+    return 0;
+  if (EXPECT_ERR(uvtw_wheel_new(loop, options, wheel), 0, "%s: a wheel", T))
+    return 1;
+  close_all(loop, NULL, T);
+  return 0;
+}
+
 /* uvtw_schedule without memory: UV_ENOMEM, *ticket untouched, nothing
  * queued or counted, its place under max_pending given back. */
 static void test_memory_schedule(void) {
@@ -250,12 +261,8 @@ static void test_memory_schedule(void) {
   uvtw_options_t options = {.max_pending = 1, .manual_clock = 1};
   task_probe_t failed = {0, 0}, scheduled = {0, 0};
   long live_start = live;
-  if (!tap_ok(uv_loop_init(&loop) == 0, "%s: a loop", T))
+  if (!open_wheel(&loop, &options, &wheel, T))
     return;
-  if (!EXPECT_ERR(uvtw_wheel_new(&loop, &options, &wheel), 0, "%s: a wheel", T)) {
-    close_all(&loop, NULL, T);
-    return;
-  }
   uvtw_stats_t before, after;
   uvtw_wheel_stats(wheel, &before);
   long live_before = live;
@@ -298,12 +305,8 @@ static void test_slab_race(void) {
   uvtw_options_t options = {.manual_clock = 1};
   task_probe_t outer = {0, 0};
   long live_start = live;
-  if (!tap_ok(uv_loop_init(&loop) == 0, "%s: a loop", T))
+  if (!open_wheel(&loop, &options, &wheel, T))
     return;
-  if (!EXPECT_ERR(uvtw_wheel_new(&loop, &options, &wheel), 0, "%s: a wheel", T)) {
-    close_all(&loop, NULL, T);
-    return;
-  }
   long live_before = live, made_before = made;
   inside_ran = 0;
   schedule_inside = wheel;
@@ -331,12 +334,8 @@ static void test_slabs_given_back(void) {
   uvtw_options_t options = {.manual_clock = 1};
   task_probe_t probe = {0, 0};
   long live_start = live;
-  if (!tap_ok(uv_loop_init(&loop) == 0, "%s: a loop", T))
+  if (!open_wheel(&loop, &options, &wheel, T))
     return;
-  if (!EXPECT_ERR(uvtw_wheel_new(&loop, &options, &wheel), 0, "%s: a wheel", T)) {
-    close_all(&loop, NULL, T);
-    return;
-  }
   long live_before = live, made_before = made;
   uvtw_ticket_t *kept = NULL;
   int failures = 0;

@@ -58,7 +58,7 @@ static bool used_up(uintptr_t cursor) {
 }
 
 /* `seen` (a cursor value) is used up: puts in `slab` (block 1 next), or,
- * if NULL, sets the index back so that failed calls never carry into the
+ * if 0, sets the index back so that failed calls never carry into the
  * address. Another thread may have put in a slab since: that one stays,
  * even at the same address, since it is not used up. Returns whether
  * `slab` went in. */

@@ -1,8 +1,9 @@
 /* What the C standard leaves to each compiler: bit scans, keeping a
  * function out of line, and prefetching; with GCC and Clang's builtins and
- * attributes, and in plain C (or not at all) for any other compiler. The library also needs C11
- * <stdatomic.h>, which every compiler it builds with has (meson.build
- * refuses MSVC, whose C compiler has it only as an experiment). */
+ * attributes, and in plain C (or not at all) for any other compiler. The
+ * library also needs C11 <stdatomic.h>, which every compiler it builds with
+ * has (meson.build refuses MSVC, whose C compiler has it only as an
+ * experiment). */
 #ifndef UVTW_PORT_H
 #define UVTW_PORT_H
 

@@ -1,5 +1,5 @@
 /* Task blocks, carved in order from 256 KiB slabs that go back to the C
- * library when their last block does.
+ * library when their last block does, but for a few kept for reuse.
  *
  * Why not malloc: the loop frees the blocks producers allocate, so a
  * producer's malloc finds its thread's caches empty and returns memory the
@@ -9,10 +9,13 @@
  *
  * Any thread takes a block with one atomic add on its class's cursor: the
  * slab's address (slabs are aligned to their size) plus the index of its
- * next block. A slab is never reused: a block is never handed to one thread
- * while another frees it. The thread that finds a slab used up puts in a
- * new one; the one that gives a slab's last block back frees it. Block 0
- * holds the slab's count of blocks given back.
+ * next block. A slab is filled again only once it is empty: a block is
+ * never handed to one thread while another still holds it. The thread that
+ * finds a slab used up puts in another; the one that gives a slab's last
+ * block back keeps it as a spare, up to POOL_SPARES of them, or frees it.
+ * Block 0 holds the slab's count of blocks given back. Spares are taken
+ * before a new slab is allocated: their pages are in memory already, where
+ * a new slab's fault in one by one.
  *
  * Memory: a slab goes back once every task carved from it has ended and
  * its ticket been released. Tasks share a slab only with tasks of the same
@@ -26,7 +29,7 @@
 
 #include "port.h"
 
-#define SLAB_SIZE ((uintptr_t)1 << 18)
+#define SLAB_SIZE ((uintptr_t)POOL_SLAB)
 #define SLAB_MASK (SLAB_SIZE - 1)
 #define SLAB_BLOCKS (SLAB_SIZE / POOL_BLOCK - 1) /* block 0: the count below */
 #define GIVEN_BACK(slab) ((_Atomic uint32_t *)(void *)(slab))
@@ -46,6 +49,34 @@ void uvtw__pool_init(pool_t *p) {
   atomic_init(&p->refs, 1);
   for (unsigned i = 0; i < POOL_CLASSES; i++)
     atomic_init(&p->cursor[i], 0);
+  for (unsigned i = 0; i < POOL_SPARES; i++)
+    atomic_init(&p->spare[i], NULL);
+}
+
+/* An empty slab, a spare one if there is: its pages are in memory already. */
+static char *slab_take(pool_t *p) {
+  for (unsigned i = 0; i < POOL_SPARES; i++) {
+    char *slab = atomic_exchange_explicit(&p->spare[i], NULL, memory_order_acquire);
+    if (slab != NULL)
+      return slab;
+  }
+  return slab_alloc();
+}
+
+/* Keeps an empty slab as a spare, or frees it if POOL_SPARES are kept. */
+static void slab_drop(pool_t *p, char *slab) {
+  for (unsigned i = 0; i < POOL_SPARES; i++) {
+    void *none = NULL;
+    if (atomic_compare_exchange_strong_explicit(&p->spare[i], &none, slab, memory_order_release,
+                                                memory_order_relaxed))
+      return;
+  }
+  slab_free(slab);
+}
+
+void uvtw__pool_fini(pool_t *p) {
+  for (unsigned i = 0; i < POOL_SPARES; i++)
+    slab_free(atomic_load(&p->spare[i]));
 }
 
 bool uvtw__pool_unref(pool_t *p) {
@@ -84,7 +115,7 @@ void *uvtw__pool_get(pool_t *p, uint64_t timeout) {
     uintptr_t c = atomic_fetch_add_explicit(cursor, 1, memory_order_acquire);
     if (!used_up(c))
       return (char *)(c & ~SLAB_MASK) + (c & SLAB_MASK) * POOL_BLOCK;
-    char *slab = slab_alloc();
+    char *slab = slab_take(p);
     if (slab == NULL) {
       put_in(cursor, c + 1, 0);
       return NULL;
@@ -93,16 +124,17 @@ void *uvtw__pool_get(pool_t *p, uint64_t timeout) {
     atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed); /* before any block is out */
     if (!put_in(cursor, c + 1, (uintptr_t)slab)) {
       atomic_fetch_sub_explicit(&p->refs, 1, memory_order_relaxed);
-      slab_free(slab);
+      slab_drop(p, slab);
     }
   }
 }
 
-/* Counts `n` blocks of `slab` given back; frees it if they were its last. */
+/* Counts `n` blocks of `slab` given back; if they were its last, the slab
+ * becomes a spare or is freed. */
 static bool give_back(pool_t *p, char *slab, uint32_t n) {
   if (atomic_fetch_add_explicit(GIVEN_BACK(slab), n, memory_order_acq_rel) + n != SLAB_BLOCKS)
     return false;
-  slab_free(slab);
+  slab_drop(p, slab);
   return uvtw__pool_unref(p);
 }
 

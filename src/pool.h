@@ -13,13 +13,16 @@
 #include <stdint.h>
 
 #define POOL_BLOCK 128         /* bytes, two cache lines */
+#define POOL_SLAB (256 * 1024) /* bytes; block 0 is the slab's own */
 #define POOL_SLAB_TIMEOUT 1023 /* ms: longer timeouts get malloc'd blocks */
 #define POOL_CLASSES 11        /* timeouts 0, 1, 2-3, 4-7, ..., 512-1023 ms */
+#define POOL_SPARES 8          /* empty slabs kept for reuse: 2 MiB at most */
 
 typedef struct pool_s {
   _Atomic uint32_t refs;
   /* Per class: the slab being filled | the index of its next block; 0: none. */
   _Atomic uintptr_t cursor[POOL_CLASSES];
+  _Atomic(void *) spare[POOL_SPARES]; /* empty slabs, or NULL */
 } pool_t;
 
 /* The pool holds its owner's reference. */
@@ -37,7 +40,9 @@ bool uvtw__pool_put(pool_t *p, void *block, bool slabbed);
 /* The owner, once no block will be taken any more: the slabs being filled
  * go back as soon as their blocks have. */
 void uvtw__pool_retire(pool_t *p);
-/* Drops a reference; true if it was the last: the owner is to be freed. */
+/* Drops a reference; true if it was the last: then the owner calls
+ * uvtw__pool_fini, which frees the spare slabs, and frees itself. */
 bool uvtw__pool_unref(pool_t *p);
+void uvtw__pool_fini(pool_t *p);
 
 #endif

@@ -96,9 +96,14 @@ int uvtw__shared_new(uvtw_wheel_t *w, uint32_t max_pending) {
   return 0;
 }
 
+static void shared_free(uvtw_shared_t *sh) {
+  uvtw__pool_fini(&sh->pool);
+  free(sh);
+}
+
 void uvtw__shared_release(uvtw_shared_t *sh) {
   if (uvtw__pool_unref(&sh->pool))
-    free(sh);
+    shared_free(sh);
 }
 
 void uvtw__tasks_stats(const uvtw_wheel_t *w, uvtw_stats_t *out) {
@@ -157,7 +162,7 @@ static void send_and_leave(uvtw_shared_t *sh, uvtw_ticket_t *task) {
 static void free_block(uvtw_ticket_t *task) {
   uvtw_shared_t *sh = task->shared;
   if (uvtw__pool_put(&sh->pool, task, task->slabbed))
-    free(sh);
+    shared_free(sh);
 }
 
 static void task_unref(uvtw_ticket_t *task) {

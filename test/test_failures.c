@@ -31,6 +31,7 @@
 
 #include <uv.h>
 
+#include "src/pool.h" /* the slabs' size and how many are kept as spares */
 #include "tap.h"
 #include "uvtw.h"
 
@@ -296,8 +297,8 @@ static void test_memory_schedule(void) {
 }
 
 /* Two calls find the slab of their timeout class used up (here: none yet)
- * at once: the one that puts its new slab in second frees it and takes a
- * block of the other's. Both tasks run; nothing is left allocated. */
+ * at once: the one that puts its new slab in second keeps it as a spare and
+ * takes a block of the other's. Both tasks run; nothing is left allocated. */
 static void test_slab_race(void) {
   const char *T = "slab race";
   uv_loop_t loop;
@@ -313,7 +314,7 @@ static void test_slab_race(void) {
   EXPECT_ERR(uvtw_schedule(wheel, 5, on_task, &outer, NULL), 0,
              "%s: a schedule whose slab allocation is overtaken succeeds", T);
   EXPECT_I64(made - made_before, 2, "%s: two slabs were allocated", T);
-  EXPECT_I64(live - live_before, 1, "%s: the one put in second was freed", T);
+  EXPECT_I64(live - live_before, 2, "%s: the one put in second is kept as a spare", T);
   EXPECT_ERR(uvtw_wheel_advance(wheel, 10), 0, "%s: the clock moves past the deadlines", T);
   tap_ok(outer.calls == 1 && outer.status == 0 && inside_ran == 1,
          "%s: both tasks ran once (outer %d, inside %d)", T, outer.calls, inside_ran);
@@ -322,13 +323,12 @@ static void test_slab_race(void) {
 }
 
 /* Slabs go back once their tasks have ended and their tickets been
- * released: 5,000 tasks of one timeout class fill three 256 KiB slabs
- * (2,047 blocks each); once they ran, only the slab still being filled is
- * left, and a ticket kept holds its slab until it is released. A task of
- * seconds has a malloc'd block, freed when it ends. */
+ * released, beyond the POOL_SPARES empty ones kept for reuse: 12 slabs'
+ * worth of tasks of one timeout class, the first with a ticket kept, and
+ * a task of seconds, which has a malloc'd block. */
 static void test_slabs_given_back(void) {
   const char *T = "slabs given back";
-  enum { TASKS = 5000 };
+  enum { SLABS = POOL_SPARES + 4, PER_SLAB = POOL_SLAB / POOL_BLOCK - 1 };
   uv_loop_t loop;
   uvtw_wheel_t *wheel = NULL;
   uvtw_options_t options = {.manual_clock = 1};
@@ -339,19 +339,25 @@ static void test_slabs_given_back(void) {
   long live_before = live, made_before = made;
   uvtw_ticket_t *kept = NULL;
   int failures = 0;
-  for (int i = 0; i < TASKS; i++)
+  for (int i = 0; i < SLABS * PER_SLAB; i++)
     failures += uvtw_schedule(wheel, 5, on_task, &probe, i == 0 ? &kept : NULL) != 0;
   failures += uvtw_schedule(wheel, 5000, on_task, &probe, NULL) != 0;
-  EXPECT_I64(failures, 0, "%s: %d tasks of 5 ms and one of 5 s scheduled", T, TASKS);
-  EXPECT_I64(made - made_before, 4, "%s: three slabs and one malloc'd block", T);
+  EXPECT_I64(failures, 0, "%s: %d tasks of 5 ms and one of 5 s scheduled", T, SLABS * PER_SLAB);
+  EXPECT_I64(made - made_before, SLABS + 1, "%s: %d slabs and one malloc'd block", T, SLABS);
   EXPECT_ERR(uvtw_wheel_advance(wheel, 10), 0, "%s: the clock moves past the 5 ms tasks", T);
-  EXPECT_I64(probe.calls, TASKS, "%s: they all ran", T);
-  EXPECT_I64(live - live_before, 3,
-             "%s: left: the first slab (its ticket is kept), the one being filled, the 5 s task", T);
+  EXPECT_I64(probe.calls, SLABS * PER_SLAB, "%s: they all ran", T);
+  EXPECT_I64(live - live_before, 1 + POOL_SPARES + 1,
+             "%s: left: the first slab (its ticket is kept), %d spares, the 5 s task", T,
+             POOL_SPARES);
   uvtw_ticket_release(kept);
-  EXPECT_I64(live - live_before, 2, "%s: the ticket released, its slab went back", T);
+  EXPECT_I64(live - live_before, POOL_SPARES + 1, "%s: the ticket released, its slab went back", T);
   EXPECT_ERR(uvtw_wheel_advance(wheel, 5000), 0, "%s: the clock moves past the 5 s task", T);
-  EXPECT_I64(live - live_before, 1, "%s: the 5 s task's block went back once it ran", T);
+  EXPECT_I64(live - live_before, POOL_SPARES, "%s: the 5 s task's block went back once it ran", T);
+  made_before = made;
+  for (int i = 0; i < POOL_SPARES * PER_SLAB; i++)
+    failures += uvtw_schedule(wheel, 5, on_task, &probe, NULL) != 0;
+  EXPECT_I64(failures, 0, "%s: %d slabs' worth of tasks again", T, POOL_SPARES);
+  EXPECT_I64(made - made_before, 0, "%s: they took the spares: nothing was allocated", T);
   close_all(&loop, wheel, T);
   EXPECT_I64(live, live_start, "%s: the closed wheel leaves nothing allocated", T);
 }

@@ -53,13 +53,18 @@ struct uvtw_shared_s {
   uvtw_wheel_t *wheel;  /* other threads use it only inside the gate */
   uint32_t max_pending; /* 0: unlimited, `pending` not kept */
   bool manual;
-  mpsc_t queue;
-  pool_t pool; /* the task blocks, and this struct's reference count */
+  _Atomic bool thread_known;
   /* The loop's thread, written once, before `thread_known` is set. */
   uv_thread_t loop_thread;
-  _Atomic bool thread_known;
+  /* What every call from another thread writes, on cache lines apart from
+   * the fields above, which the loop reads for every task. */
+  char apart[64];
+  _Atomic uint64_t gate; /* bit 0: closed; the rest: twice the threads inside */
+  mpsc_t queue;
+  pool_t pool; /* the task blocks, and this struct's reference count */
+  char apart_too[64];
+  /* What the loop and cancels write. */
   _Atomic uint32_t pending; /* tasks the loop has not let go of (see settle) */
-  _Atomic uint64_t gate;    /* bit 0: closed; the rest: twice the threads inside */
   _Atomic uint64_t cancels_won;
   /* Cancelled by another thread, not yet unlinked; the loop may count a
    * task out before its canceller counts it in, so it can dip below 0. */

@@ -290,7 +290,8 @@ UVTW_EXTERN int uvtw_timer_has_ref(const uvtw_timer_t *timer);
  * a 128-byte block from a 256 KiB slab shared with tasks of about the same
  * timeout; a slab goes back to the C library once every task in it has
  * ended and its ticket been released (8 empty slabs, 2 MiB, are kept per
- * wheel for reuse), so release tickets when done with them. A task of a second or more has a malloc'd block of its own.
+ * wheel for reuse), so release tickets when done with them. A task of a
+ * second or more has a malloc'd block of its own.
  * Errors (nothing queued, *ticket untouched): wheel or cb NULL -> UV_EINVAL;
  * no memory -> UV_ENOMEM; max_pending reached -> UV_ENOBUFS; wheel closing
  * (from uvtw_wheel_close until its callback returns) -> UV_ECANCELED. A call

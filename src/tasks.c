@@ -63,7 +63,7 @@ struct uvtw_shared_s {
   mpsc_t queue;
   pool_t pool; /* the task blocks, and this struct's reference count */
   char apart_too[64];
-  /* What the loop and cancels write. */
+  /* Counts the loop and other threads both write. */
   _Atomic uint32_t pending; /* tasks the loop has not let go of (see settle) */
   _Atomic uint64_t cancels_won;
   /* Cancelled by another thread, not yet unlinked; the loop may count a

@@ -248,8 +248,9 @@ static uint64_t run_pass(uvtw_wheel_t *w, uint64_t now) {
     wheel_node_t *next = w->wheel.expired.next; /* the list's head at its end */
     UVTW_PREFETCH(next->next);
     UVTW_PREFETCH((char *)next->next + 64);
-    if (next != &w->wheel.expired)
-      uvtw__task_prefetch(container_of(next, uvtw_timer_t, node_));
+    uvtw_timer_t *entry = container_of(next, uvtw_timer_t, node_);
+    if (next != &w->wheel.expired && entry->cb_ == uvtw__task_fire)
+      uvtw__task_prefetch(entry);
     fire(w, container_of(node, uvtw_timer_t, node_));
   }
   w->in_pass = false;

@@ -211,8 +211,7 @@ void uvtw__task_fire(uvtw_timer_t *entry) {
 }
 
 void uvtw__task_prefetch(const uvtw_timer_t *entry) {
-  if (entry->cb_ == uvtw__task_fire)
-    UVTW_PREFETCH(container_of(entry, const uvtw_ticket_t, entry)->arg);
+  UVTW_PREFETCH(container_of(entry, const uvtw_ticket_t, entry)->arg);
 }
 
 /* Puts a task that is IN_WHEEL into the wheel, or ends it if closing. */

@@ -16,7 +16,9 @@
  * Measurements, each figure the median of --runs runs (default 5) with the
  * smallest and largest in parentheses. The runs are interleaved: run r of
  * every variant and producer count comes before run r + 1 of any, so noise
- * on a shared machine spreads over all of them.
+ * on a shared machine spreads over all of them, and each run takes the
+ * variants in an order rotated by one, so that what a run leaves behind
+ * (a heap grown or freed) is not always met by the same variant.
  *
  *  1. Throughput. 1, 2 and 4 producer threads share a fixed number of tasks
  *     with random timeouts of 0..50 ms and schedule them as fast as they can.
@@ -661,7 +663,8 @@ static void run_latency(int runs, uint32_t samples) {
          "%d us after the previous callback, %u samples per run, median of %d runs (min-max)\n\n",
          LATENCY_PAUSE_US, samples, runs);
   for (int r = 0; r < runs; r++)
-    for (int i = 0; i < NLAT; i++) {
+    for (int k = 0; k < NLAT; k++) {
+      int i = (k + r) % NLAT; /* rotated, as the throughput runs are */
       percentiles_t p = measure_latency(latency_impls[i], samples);
       p50[i][r] = p.p50_us;
       p99[i][r] = p.p99_us;
@@ -744,7 +747,11 @@ int main(int argc, char **argv) {
          MAX_TIMEOUT_MS);
   for (int r = 0; r < runs; r++)
     for (int c = 0; c < NCOUNTS; c++)
-      for (int impl = 0; impl < IMPL_COUNT; impl++) {
+      for (int i = 0; i < IMPL_COUNT; i++) {
+        /* Run r starts at variant r: over IMPL_COUNT runs each variant
+         * takes each place in the order once, so none always runs right
+         * after the same other one (whose freed heap it would reuse). */
+        int impl = (i + r) % IMPL_COUNT;
         throughput_t t = measure_throughput((enum impl)impl, producer_counts[c], total);
         figures[c][impl][M_CALLS][r] = t.calls_per_s / 1e6;
         figures[c][impl][M_DONE][r] = t.done_per_s / 1e6;

@@ -1,9 +1,8 @@
 /* What the C standard leaves to each compiler: bit scans, keeping a
- * function out of line, and prefetching; with GCC and Clang's builtins and
- * attributes, and in plain C (or not at all) for any other compiler. The
- * library also needs C11 <stdatomic.h>, which every compiler it builds with
- * has (meson.build refuses MSVC, whose C compiler has it only as an
- * experiment). */
+ * function out of line, and prefetching, with GCC and Clang's builtins and
+ * attributes (which other compilers that claim __GNUC__ provide too). The
+ * library also needs C11 <stdatomic.h> (meson.build refuses MSVC, whose C
+ * compiler has it only as an experiment). */
 #ifndef UVTW_PORT_H
 #define UVTW_PORT_H
 
@@ -25,21 +24,7 @@ static inline int uvtw_lowest_bit(uint64_t x) {
 }
 
 #else
-
-#define UVTW_NOINLINE
-#define UVTW_PREFETCH(address) ((void)(address))
-
-static inline int uvtw_highest_bit(uint64_t x) {
-  int index = 0;
-  while (x >>= 1)
-    index++;
-  return index;
-}
-
-static inline int uvtw_lowest_bit(uint64_t x) {
-  return uvtw_highest_bit(x & (~x + 1)); /* x & -x: the lowest set bit alone */
-}
-
+#error "uvtw builds with GCC or Clang (or a compiler that provides their builtins)"
 #endif
 
 #endif

@@ -17,7 +17,7 @@
  * smallest and largest in parentheses. The runs are interleaved: run r of
  * every variant and producer count comes before run r + 1 of any, so noise
  * on a shared machine spreads over all of them, and each run takes the
- * variants in an order rotated by one, so that what a run leaves behind
+ * variants in another order (run_order), so that what a run leaves behind
  * (a heap grown or freed) is not always met by the same variant.
  *
  *  1. Throughput. 1, 2 and 4 producer threads share a fixed number of tasks
@@ -216,6 +216,16 @@ static const char *const impl_name[IMPL_COUNT] = {"uvtw", "uvtw+ticket", "mutex+
 /* The alternative each variant is compared with. */
 static const enum impl impl_yardstick[IMPL_COUNT] = {IMPL_ALT, IMPL_ALT, IMPL_ALT, IMPL_ALT_CANCEL,
                                                      IMPL_ALT_CANCEL};
+
+/* The i-th of n variants to run in run r: from variant r on, in steps of
+ * 1 + r % (n - 1). With n prime every step gives each variant one place,
+ * and over n - 1 runs each variant runs once right after each other one,
+ * so none always meets what the same other one left behind (a heap grown
+ * or freed, caches). */
+static int run_order(int r, int i, int n) {
+  return (r + i * (1 + r % (n - 1))) % n;
+}
+_Static_assert(IMPL_COUNT == 5, "run_order needs a prime number of variants");
 
 static int impl_is_alt(enum impl impl) {
   return impl == IMPL_ALT || impl == IMPL_ALT_CANCEL;
@@ -664,7 +674,7 @@ static void run_latency(int runs, uint32_t samples) {
          LATENCY_PAUSE_US, samples, runs);
   for (int r = 0; r < runs; r++)
     for (int k = 0; k < NLAT; k++) {
-      int i = (k + r) % NLAT; /* rotated, as the throughput runs are */
+      int i = run_order(r, k, NLAT); /* NLAT is prime too */
       percentiles_t p = measure_latency(latency_impls[i], samples);
       p50[i][r] = p.p50_us;
       p99[i][r] = p.p99_us;
@@ -748,10 +758,7 @@ int main(int argc, char **argv) {
   for (int r = 0; r < runs; r++)
     for (int c = 0; c < NCOUNTS; c++)
       for (int i = 0; i < IMPL_COUNT; i++) {
-        /* Run r starts at variant r: over IMPL_COUNT runs each variant
-         * takes each place in the order once, so none always runs right
-         * after the same other one (whose freed heap it would reuse). */
-        int impl = (i + r) % IMPL_COUNT;
+        int impl = run_order(r, i, IMPL_COUNT);
         throughput_t t = measure_throughput((enum impl)impl, producer_counts[c], total);
         figures[c][impl][M_CALLS][r] = t.calls_per_s / 1e6;
         figures[c][impl][M_DONE][r] = t.done_per_s / 1e6;

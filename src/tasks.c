@@ -147,10 +147,14 @@ static void pending_put(uvtw_shared_t *sh) {
     atomic_fetch_sub(&sh->pending, 1);
 }
 
+static void gate_leave(uvtw_shared_t *sh) {
+  atomic_fetch_sub(&sh->gate, 2);
+}
+
 /* Another thread enters the gate (see above), unless the wheel is closing. */
 static bool gate_enter(uvtw_shared_t *sh) {
   if (atomic_fetch_add(&sh->gate, 2) & 1) {
-    atomic_fetch_sub(&sh->gate, 2);
+    gate_leave(sh);
     return false;
   }
   return true;
@@ -161,7 +165,7 @@ static bool gate_enter(uvtw_shared_t *sh) {
 static void send_and_leave(uvtw_shared_t *sh, uvtw_ticket_t *task) {
   if (uvtw__mpsc_push(&sh->queue, &task->message))
     uv_async_send(&sh->wheel->async);
-  atomic_fetch_sub(&sh->gate, 2);
+  gate_leave(sh);
 }
 
 static void free_block(uvtw_ticket_t *task) {
@@ -300,7 +304,7 @@ int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *
   int err = task_new(sh, timeout, &task);
   if (err != 0) {
     if (!loop_thread)
-      atomic_fetch_sub(&sh->gate, 2);
+      gate_leave(sh);
     return err;
   }
   uvtw_timer_init(wheel, &task->entry);

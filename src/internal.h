@@ -65,8 +65,6 @@ void uvtw__shared_release(uvtw_shared_t *sh);
 /* The callback of a task's wheel entry: runs the task with status 0, or
  * with UV_ECANCELED once the wheel is closing. */
 void uvtw__task_fire(uvtw_timer_t *entry);
-/* A task's entry: starts fetching the task's argument into the cache. */
-void uvtw__task_prefetch(const uvtw_timer_t *entry);
 /* Takes in everything other threads queued. */
 void uvtw__tasks_take_in(uvtw_wheel_t *w);
 /* Closes the queue, waits for senders to leave it, and ends every task

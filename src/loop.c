@@ -244,13 +244,13 @@ static uint64_t run_pass(uvtw_wheel_t *w, uint64_t now) {
   w->collected = false;
   while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL) {
     /* While this callback runs, the entry after next is fetched, and the
-     * next task's argument, which its callback most likely reads first. */
+     * next entry's `data` (a task's argument), which its callback most
+     * likely reads first. */
     wheel_node_t *next = w->wheel.expired.next; /* the list's head at its end */
     UVTW_PREFETCH(next->next);
     UVTW_PREFETCH((char *)next->next + 64);
-    uvtw_timer_t *entry = container_of(next, uvtw_timer_t, node_);
-    if (next != &w->wheel.expired && entry->cb_ == uvtw__task_fire)
-      uvtw__task_prefetch(entry);
+    if (next != &w->wheel.expired)
+      UVTW_PREFETCH(container_of(next, uvtw_timer_t, node_)->data);
     fire(w, container_of(node, uvtw_timer_t, node_));
   }
   w->in_pass = false;

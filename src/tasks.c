@@ -72,12 +72,11 @@ struct uvtw_shared_s {
 };
 
 struct uvtw_ticket_s {
-  uvtw_timer_t entry; /* in the wheel; entry.cb_ == uvtw__task_fire */
+  uvtw_timer_t entry; /* in the wheel; cb_ == uvtw__task_fire, data: the task's arg */
   mpsc_node_t message;
   _Atomic int state;
   _Atomic int refs;
   uvtw_task_cb cb;
-  void *arg;
   uint64_t due; /* the deadline in ms; on a manual clock the timeout until taken in */
   uvtw_shared_t *shared;
   bool filed;   /* the loop has filed it in the wheel (loop thread only) */
@@ -204,7 +203,7 @@ static void settle(uvtw_wheel_t *w, uvtw_ticket_t *task, int status) {
   pending_put(task->shared);
   if (status == 0)
     uvtw__note_fired(w, uvtw__ticks_up(w, task->due));
-  task->cb(task->arg, status);
+  task->cb(task->entry.data, status);
   task_unref(task);
 }
 
@@ -212,10 +211,6 @@ void uvtw__task_fire(uvtw_timer_t *entry) {
   uvtw_ticket_t *task = container_of(entry, uvtw_ticket_t, entry);
   uvtw_wheel_t *w = task->shared->wheel;
   settle(w, task, w->closing ? UV_ECANCELED : 0);
-}
-
-void uvtw__task_prefetch(const uvtw_timer_t *entry) {
-  UVTW_PREFETCH(container_of(entry, const uvtw_ticket_t, entry)->arg);
 }
 
 /* Puts a task that is IN_WHEEL into the wheel, or ends it if closing. */
@@ -310,7 +305,7 @@ int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *
   uvtw_timer_init(wheel, &task->entry);
   task->entry.cb_ = uvtw__task_fire;
   task->cb = cb;
-  task->arg = arg;
+  task->entry.data = arg;
   task->due = sh->manual ? timeout : uvtw__add_saturating(uv_hrtime() / 1000000, timeout);
   task->shared = sh;
   atomic_init(&task->refs, ticket != NULL ? 2 : 1);

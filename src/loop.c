@@ -5,25 +5,38 @@
  * (wheel.c) and, if it is now the earliest, arms the wheel's one uv_timer_t
  * to its deadline. When that uv_timer_t fires, on_timer runs a pass:
  * wheel_expire moves every entry due at uv_now() to the expired list, and
- * the pass pops them one by one and runs their callbacks. After the pass,
- * the uv_timer_t is armed again to the earliest pending deadline.
+ * the pass pops them one by one and runs their callbacks, then takes in the
+ * tasks queued meanwhile (tasks.c). After the pass, the uv_timer_t is armed
+ * again to the earliest pending deadline.
  *
- * One pass at a time: the pass collects what is due before it runs any
- * callback, so an entry a callback makes due waits for the next pass. The
- * next pass must come in the next loop iteration, and how to get there
- * depends on the libuv the program runs on (checked with uv_version() at
- * run time, since a shared libuv is upgraded under programs):
- *   - libuv >= 1.48 collects due uv_timer_ts before running them, so a
- *     uv_timer_t started with 0 inside its own callback fires in the next
- *     iteration: after_pass simply arms the uv_timer_t with 0.
- *   - older libuv runs such a timer again in the same uv__run_timers call,
- *     which would turn a callback that restarts itself with 0 into a busy
- *     loop. There the pass "kicks" the wheel's uv_async_t instead; its
- *     callback runs in this or the next iteration's poll phase and arms the
- *     uv_timer_t with 0, which fires in the timer phase after it. While the
- *     kick is pending the uv_async_t is referenced (if the wheel keeps the
- *     loop alive at all), because from 1.45 uv_run checks whether the loop
- *     is alive right after the timer phase.
+ * One pass per loop iteration (guarantee 2). The pass collects what is due
+ * before it runs any callback, so an entry a callback makes due waits for
+ * the next pass, which must come in the next loop iteration, as libuv 1.48
+ * and later run a uv_timer_t started in its own timer phase. The arming
+ * state (enum arming, internal.h) says what the uv_timer_t is doing, and
+ * set_arming is the one place that starts or stops it:
+ *
+ *   IDLE --file--> TIMER --due--> IN_PASS --after_pass--> TIMER or IDLE
+ *                    |                ^                   (libuv >= 1.48)
+ *                    +--> COLLECTED --+           WAIT --prepare--> TIMER
+ *                                                 (libuv < 1.48)
+ *
+ * Two cases need care, told apart by uv_version() at run time (a shared
+ * libuv is upgraded under programs):
+ *   - COLLECTED: the uv_timer_t is due in the timer phase under way and a
+ *     due entry is filed from another callback of that phase (a uv_timer_t's,
+ *     or another wheel's). The pass's entries are expired first, so the new
+ *     one waits for the next pass like a uv_timer_t started now. On libuv
+ *     >= 1.48 the uv_timer_t is due if libuv has collected it (started but
+ *     no longer active); before 1.48, if it is due by now and another wheel
+ *     of the loop is in its pass, so that the phase is under way.
+ *   - WAIT: libuv < 1.48 runs a uv_timer_t started with 0 inside the timer
+ *     phase in that same phase. So after a pass there, and for a due entry
+ *     filed from another wheel's pass, the uv_timer_t is started no earlier
+ *     than the next tick, and a uv_prepare_t, which runs once between two
+ *     timer phases, arms it to the earliest deadline for the next iteration.
+ *     The wheels of a loop find each other (a ring, made at uvtw_wheel_new)
+ *     to tell whether one is in its pass.
  * Everything else follows from using a real uv_timer_t on uv_now(): a
  * wheel timer fires in the loop iteration in which a uv_timer_t started at
  * the same moment with the same timeout fires, and keeps the loop alive
@@ -33,16 +46,15 @@
  * unref'd, so the pending entries that are referenced (the other timers,
  * and every task) number wheel.count - unrefs. The uv_timer_t is
  * referenced while the wheel is referenced and that number is not 0;
- * being active only while something is pending, it then keeps the loop
- * alive exactly when a referenced uv_timer_t would.
+ * being started whenever something is pending, it then keeps the loop
+ * alive exactly when a referenced uv_timer_t would. The uv_async_t is
+ * referenced until the loop's first iteration, so that a task scheduled
+ * before it keeps the loop alive; the uv_prepare_t never is.
  */
 #include <stdlib.h>
 
 #include "internal.h"
 #include "late.h"
-
-#define TIMER_UNREF ((uintptr_t)1) /* in wheel_: does not keep the loop alive */
-
 
 /* The public uvtw_timer_t keeps the wheel's node in a field of its own
  * type, with the same layout. */
@@ -60,7 +72,7 @@ static inline const wheel_node_t *const_node_of(const uvtw_timer_t *timer) {
 }
 
 static inline uvtw_wheel_t *wheel_of(const uvtw_timer_t *timer) {
-  return (uvtw_wheel_t *)(timer->wheel_ & ~TIMER_UNREF);
+  return (uvtw_wheel_t *)(timer->wheel_ & ~ENTRY_FLAGS);
 }
 
 /* ---- time ---------------------------------------------------------------- */
@@ -85,126 +97,127 @@ uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms) {
   return ms_of(w, ticks) == UINT64_MAX ? UINT64_MAX : ticks;
 }
 
+static inline uint64_t now_ticks(const uvtw_wheel_t *w) {
+  return ticks_down(w, uvtw__clock_ms(w));
+}
+
 /* ---- arming the uv_timer_t and keeping the loop alive ------------------- */
 
 static void on_timer(uv_timer_t *handle);
+static void on_prepare(uv_prepare_t *handle);
 
-/* The uv_async_t also keeps the loop alive until the loop's thread is
- * known: until then every task goes through the queue, and one scheduled
- * before the loop first runs must keep it alive from the call. */
+/* Handles closed by the program (a uv_walk) are never touched again. */
+static inline bool handle_open(const void *handle) {
+  return !uv_is_closing((const uv_handle_t *)handle);
+}
+
 static void update_refs(uvtw_wheel_t *w) {
-  if (w->closing) /* the handles are closing, or closed by a uv_walk */
+  if (uvtw__closing(w)) /* the handles are closing, or closed by a uv_walk */
     return;
   bool may_keep_alive = w->referenced && !w->manual;
   bool keep_alive = may_keep_alive && w->wheel.count > w->unrefs;
-  bool keep_async = (keep_alive && w->kicked) || (may_keep_alive && !w->thread_known);
   (keep_alive ? uv_ref : uv_unref)((uv_handle_t *)&w->timer);
-  (keep_async ? uv_ref : uv_unref)((uv_handle_t *)&w->async);
+  (may_keep_alive && !w->loop_ran ? uv_ref : uv_unref)((uv_handle_t *)&w->async);
 }
 
-/* The loop's thread is the one that runs the wheel's callbacks and makes
- * its loop-thread calls; uvtw_wheel_new may run on another. The first such
- * call or callback tells, and from then on uvtw_schedule files that
- * thread's tasks directly. What the thread queued before is taken in first,
- * so its tasks keep their order. The wheel's uv_timer_t is armed only
- * after this, so its callback needs no check. */
-static void learn_thread(uvtw_wheel_t *w) {
-  if (w->thread_known)
-    return;
-  w->thread_known = true;
-  uvtw__tasks_set_loop_thread(w);
-  update_refs(w);
-  uvtw__tasks_take_in(w);
-}
-
-static void arm(uvtw_wheel_t *w, uint64_t deadline) {
-  uint64_t due = ms_of(w, deadline);
-  uint64_t now = uv_now(w->loop);
-  uv_timer_start(&w->timer, on_timer, due > now ? due - now : 0, 0);
-  w->armed = true;
-  w->armed_at = deadline;
-}
-
-static void disarm(uvtw_wheel_t *w) {
-  if (w->armed)
+/* The one place that changes the arming and calls libuv for it. In TIMER
+ * and WAIT the uv_timer_t is started for `deadline` while anything is
+ * pending; COLLECTED and IN_PASS leave it where libuv has it; otherwise it
+ * is stopped. The uv_prepare_t runs in WAIT only. */
+static void set_arming(uvtw_wheel_t *w, enum arming to, uint64_t deadline) {
+  if (to == ARM_TIMER && w->wheel.count == 0)
+    to = ARM_IDLE;
+  bool started = (to == ARM_TIMER || to == ARM_WAIT) && w->wheel.count != 0;
+  if (started) {
+    uint64_t due = ms_of(w, deadline);
+    uint64_t now = uv_now(w->loop);
+    uv_timer_start(&w->timer, on_timer, due > now ? due - now : 0, 0);
+  } else if (to != ARM_COLLECTED && to != ARM_IN_PASS && handle_open(&w->timer)) {
     uv_timer_stop(&w->timer);
-  w->armed = false;
-  w->collected = false;
+  }
+  if (to == ARM_WAIT)
+    uv_prepare_start(&w->prepare, on_prepare);
+  else if (handle_open(&w->prepare))
+    uv_prepare_stop(&w->prepare);
+  w->arming = to;
+  w->armed_at = started ? deadline : 0;
 }
 
-/* The uv_timer_t is due in the timer phase under way, collected but not yet
- * run: libuv >= 1.48 collects every due uv_timer_t before running any of
- * them, and a uv_timer_t started meanwhile waits for the next phase. */
-static bool pass_collected(const uvtw_wheel_t *w) {
-  return w->armed && !uv_is_active((const uv_handle_t *)&w->timer);
+/* Another wheel on this loop is running its pass: the timer phase is under
+ * way (see WAIT above). */
+static bool peer_in_pass(const uvtw_wheel_t *w) {
+  for (const uvtw_wheel_t *p = w->peer; p != w; p = p->peer)
+    if (p->arming == ARM_IN_PASS)
+      return true;
+  return false;
 }
 
-static void kick(uvtw_wheel_t *w) {
-  if (w->kicked)
-    return;
-  w->kicked = true;
-  update_refs(w);
-  uv_async_send(&w->async);
+/* The arming after filing an entry, `due` by `now` (ticks) or not, on a
+ * wheel that is IDLE or TIMER on the loop's clock (see the top). */
+static enum arming arming_for(const uvtw_wheel_t *w, bool due, uint64_t now) {
+  if (!due)
+    return ARM_TIMER;
+  bool collected = w->pass_by_timer ? !uv_is_active((const uv_handle_t *)&w->timer)
+                                    : w->armed_at <= now && peer_in_pass(w);
+  if (w->arming == ARM_TIMER && collected)
+    return ARM_COLLECTED;
+  return !w->pass_by_timer && peer_in_pass(w) ? ARM_WAIT : ARM_TIMER;
 }
 
 /* After `entry` is filed: the first referenced entry references the
  * handles. */
-static void count_in(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
-  if (entry->wheel_ & TIMER_UNREF)
+static void after_file(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
+  if (entry->wheel_ & ENTRY_UNREF)
     w->unrefs++;
   else if (w->wheel.count - w->unrefs == 1)
     update_refs(w);
 }
 
-/* Once no referenced entry is pending, the handles let go of the loop; once
- * nothing is, the uv_timer_t stops. Out of line, so a stop saves no
- * registers, which takes a fifth off its time. */
-UVTW_NOINLINE static void none_referenced(uvtw_wheel_t *w) {
+/* Once no referenced entry is pending, the handles let go of the loop;
+ * once nothing is, the uv_timer_t stops. Out of line, so a stop saves no
+ * registers (bench/README.md). */
+UVTW_NOINLINE static void release_loop(uvtw_wheel_t *w) {
   update_refs(w);
-  if (w->wheel.count == 0)
-    disarm(w);
+  if (w->wheel.count == 0 && (w->arming == ARM_TIMER || w->arming == ARM_COLLECTED))
+    set_arming(w, ARM_IDLE, 0);
+  else if (w->wheel.count == 0 && w->arming == ARM_WAIT)
+    set_arming(w, ARM_WAIT, 0);
 }
 
-/* After `entry` is unlinked: the last referenced entry, or the last entry,
- * has left. */
-static void count_out(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
-  bool unref = entry->wheel_ & TIMER_UNREF;
+/* After `entry` is unlinked: updates the counts, and lets go of the loop
+ * and stops the uv_timer_t when the last referenced entry, or the last
+ * entry, has left. */
+static void after_unlink(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
+  bool unref = entry->wheel_ & ENTRY_UNREF;
   if (unref)
     w->unrefs--;
   if ((!unref && w->wheel.count == w->unrefs) || w->wheel.count == 0)
-    none_referenced(w);
+    release_loop(w);
 }
 
-/* Outside a pass and on the loop's clock: where a filing may arm. */
-static inline bool outside(const uvtw_wheel_t *w) {
-  return !w->in_pass && !w->manual;
-}
-
-/* Outside a pass, the filing arms the uv_timer_t if the entry may be the
- * earliest (a pass arms once, when it ends). While the uv_timer_t waits in
- * libuv's collected list (pass_collected), a due entry must wait for the
- * next phase like a uv_timer_t started now: the pass's own collection is
- * made before it is filed, and the uv_timer_t is left where it is, so it
- * still runs in this phase. */
+/* Files `entry` and decides the arming (see the top of this file). A
+ * COLLECTED pass's entries are expired before the entry is filed; an empty
+ * wheel catches up with the clock, so the entry is filed low. */
 void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
-  uint64_t now_ms = uvtw__clock_ms(w);
-  bool collect = ms_of(w, deadline) <= now_ms && outside(w) && !w->collected && pass_collected(w);
-  if (collect || w->wheel.count == 0) /* an empty wheel catches up: file it low */
-    uvtw__wheel_expire(&w->wheel, ticks_down(w, now_ms));
-  w->collected |= collect;
+  uint64_t now = now_ticks(w);
+  bool decides = !w->manual && (w->arming == ARM_IDLE || w->arming == ARM_TIMER);
+  enum arming to = decides ? arming_for(w, deadline <= now, now) : w->arming;
+  if ((to == ARM_COLLECTED && w->arming != ARM_COLLECTED) || w->wheel.count == 0)
+    uvtw__wheel_expire(&w->wheel, now);
   uvtw__wheel_insert(&w->wheel, node_of(entry), deadline);
-  /* A pending kick arms the uv_timer_t itself, in the next poll phase:
-   * armed now, libuv < 1.48 would run the kicking pass's due entries in
-   * this timer phase again. */
-  if ((!w->armed || node_of(entry)->deadline < w->armed_at) && outside(w) && !w->kicked &&
-      !pass_collected(w))
-    arm(w, uvtw__wheel_next_deadline(&w->wheel));
-  count_in(w, entry);
+  after_file(w, entry);
+  uint64_t at = node_of(entry)->deadline;
+  if (to == ARM_WAIT && at <= now)
+    at = now + 1; /* not in the timer phase under way */
+  bool starts = (to == ARM_TIMER || to == ARM_WAIT) && !w->manual &&
+                (w->wheel.count == 1 || at < w->armed_at);
+  if (to != w->arming || starts)
+    set_arming(w, to, at);
 }
 
 void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
   uvtw__wheel_remove(&w->wheel, node_of(entry));
-  count_out(w, entry);
+  after_unlink(w, entry);
 }
 
 /* ---- passes ---------------------------------------------------------------- */
@@ -222,10 +235,10 @@ void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline) {
 
 /* Runs one expired entry's callback. A repeating timer is filed again
  * first, from the clock's now, like uv_timer_t, so it is active inside its
- * callback. */
+ * callback. A task counts itself (tasks.c), unless it was cancelled. */
 static void fire(uvtw_wheel_t *w, uvtw_timer_t *entry) {
-  count_out(w, entry);
-  if (entry->cb_ != uvtw__task_fire) {
+  after_unlink(w, entry);
+  if (!(entry->wheel_ & ENTRY_TASK)) {
     uvtw__note_fired(w, node_of(entry)->deadline);
     if (entry->repeat_ != 0)
       uvtw__entry_add(w, entry, uvtw__ticks_up(w, uvtw__add_saturating(uvtw__clock_ms(w), entry->repeat_)));
@@ -233,15 +246,15 @@ static void fire(uvtw_wheel_t *w, uvtw_timer_t *entry) {
   entry->cb_(entry); /* the entry may be freed from here on */
 }
 
-/* Expires everything due at `now` (ticks), then runs the callbacks. Returns
- * how many ran. */
-static uint64_t run_pass(uvtw_wheel_t *w, uint64_t now) {
-  uint64_t fired_before = w->stats.fired;
+/* Expires everything due at `now` (ticks) unless COLLECTED did, runs the
+ * callbacks, then takes in the tasks queued meanwhile, which so keep the
+ * loop alive from their call. A callback may close the wheel: then the
+ * wheel stays allocated until pass_ended. */
+static void run_pass(uvtw_wheel_t *w, uint64_t now) {
   wheel_node_t *node;
-  w->in_pass = true;
-  if (!w->collected)
+  if (w->arming != ARM_COLLECTED)
     uvtw__wheel_expire(&w->wheel, now);
-  w->collected = false;
+  set_arming(w, ARM_IN_PASS, 0);
   while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL) {
     /* While this callback runs, the entry after next is fetched, and the
      * next entry's `data` (a task's argument), which its callback most
@@ -253,43 +266,80 @@ static uint64_t run_pass(uvtw_wheel_t *w, uint64_t now) {
       UVTW_PREFETCH(container_of(next, uvtw_timer_t, node_)->data);
     fire(w, container_of(node, uvtw_timer_t, node_));
   }
-  w->in_pass = false;
-  return w->stats.fired - fired_before;
+  if (!uvtw__closing(w))
+    uvtw__tasks_drain(w);
+}
+
+static void finish_close(uvtw_wheel_t *w);
+
+/* After run_pass: false if a callback closed the wheel, which is then
+ * finished here if the program had closed its handles (a uv_walk). */
+static bool pass_ended(uvtw_wheel_t *w) {
+  if (!uvtw__closing(w))
+    return true;
+  if (w->handles_closed == 3)
+    finish_close(w);
+  return false;
 }
 
 /* Arms the uv_timer_t for the next pass (see the top of this file). */
 static void after_pass(uvtw_wheel_t *w) {
-  if (w->closing || w->manual || w->wheel.count == 0)
-    return;
   uint64_t next = uvtw__wheel_next_deadline(&w->wheel);
-  if (next <= ticks_down(w, uvtw__clock_ms(w)) && !w->pass_by_timer)
-    kick(w);
+  uint64_t floor = now_ticks(w) + 1;
+  if (w->manual)
+    set_arming(w, ARM_IDLE, 0);
+  else if (w->pass_by_timer)
+    set_arming(w, ARM_TIMER, next);
   else
-    arm(w, next);
+    set_arming(w, ARM_WAIT, next > floor ? next : floor);
 }
 
 static void on_timer(uv_timer_t *handle) {
   uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, timer);
-  w->armed = false;
+  uint64_t fired = w->stats.fired;
   w->stats.wakeups++;
-  if (run_pass(w, ticks_down(w, uvtw__clock_ms(w))) == 0)
-    w->stats.wasted_wakeups++;
-  after_pass(w);
+  run_pass(w, now_ticks(w));
+  w->stats.wasted_wakeups += w->stats.fired == fired;
+  if (pass_ended(w))
+    after_pass(w);
+}
+
+/* libuv < 1.48: the next iteration has begun; the next pass may come. */
+static void on_prepare(uv_prepare_t *handle) {
+  uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, prepare);
+  set_arming(w, ARM_TIMER, uvtw__wheel_next_deadline(&w->wheel));
 }
 
 static void on_async(uv_async_t *handle) {
   uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, async);
-  learn_thread(w);
-  if (w->kicked) {
-    w->kicked = false;
+  if (!w->loop_ran) {
+    w->loop_ran = true;
     update_refs(w);
-    if (w->wheel.count != 0 && !w->armed)
-      arm(w, uvtw__wheel_next_deadline(&w->wheel));
   }
-  uvtw__tasks_take_in(w);
+  uvtw__tasks_drain(w);
 }
 
 /* ---- the wheel ----------------------------------------------------------- */
+
+/* uv_walk's callback at uvtw_wheel_new: joins the ring of an open wheel on
+ * the loop, known by its uv_async_t, whose `data` is that wheel. */
+static void find_peer(uv_handle_t *handle, void *arg) {
+  uvtw_wheel_t *w = arg;
+  uvtw_wheel_t *p = handle->data;
+  if (handle->type != UV_ASYNC || w->peer != w || p == w || !handle_open(handle) ||
+      (uintptr_t)p + offsetof(uvtw_wheel_t, async) != (uintptr_t)handle)
+    return;
+  w->peer = p->peer;
+  p->peer = w;
+}
+
+static void leave_peers(uvtw_wheel_t *w) {
+  uvtw_wheel_t *p = w;
+  while (p->peer != w)
+    p = p->peer;
+  p->peer = w->peer;
+  w->peer = w;
+}
 
 int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **out) {
   uvtw_options_t o = {0};
@@ -304,37 +354,42 @@ int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **o
   if (w == NULL)
     return UV_ENOMEM;
   w->loop = loop;
+  w->peer = w;
   w->tick_ms = o.tick_ms > 1 ? o.tick_ms : 1;
   w->manual = o.manual_clock != 0;
   w->pass_by_timer = uv_version() >= (1u << 16 | 48u << 8);
   w->referenced = true;
   w->manual_now = uv_now(loop);
   uvtw__wheel_init(&w->wheel, ticks_down(w, w->manual_now));
-  int err = uvtw__shared_new(w, o.max_pending);
+  int err = uvtw__tasks_open(w, o.max_pending);
   if (err == 0 && (err = uv_async_init(loop, &w->async, on_async)) != 0)
-    uvtw__shared_release(w->shared);
+    uvtw__tasks_release(w->shared);
   if (err != 0) {
     free(w);
     return err;
   }
   uv_timer_init(loop, &w->timer);
+  uv_prepare_init(loop, &w->prepare);
+  uv_unref((uv_handle_t *)&w->prepare);
+  w->timer.data = w->async.data = w->prepare.data = w;
+  uv_walk(loop, find_peer, w);
   update_refs(w);
-  uv_async_send(&w->async); /* the first poll tells the loop's thread */
+  uv_async_send(&w->async); /* the loop's first iteration runs on_async */
   *out = w;
   return 0;
 }
 
-/* Once both handles are closed. */
+/* Once the three handles are closed. */
 static void finish_close(uvtw_wheel_t *w) {
   if (w->close_cb != NULL)
     w->close_cb(w, w->close_arg);
-  uvtw__shared_release(w->shared);
+  uvtw__tasks_release(w->shared);
   free(w);
 }
 
 static void on_handle_closed(uv_handle_t *handle) {
   uvtw_wheel_t *w = handle->data;
-  if (++w->handles_closed == 2) /* the uv_timer_t and the uv_async_t */
+  if (++w->handles_closed == 3)
     finish_close(w);
 }
 
@@ -342,21 +397,18 @@ static void on_handle_closed(uv_handle_t *handle) {
  * closes every handle): then it is closed already, and its loop may be
  * too, so neither is touched again. */
 static void close_handle(uvtw_wheel_t *w, uv_handle_t *handle) {
-  if (uv_is_closing(handle)) {
+  if (!handle_open(handle))
     w->handles_closed++;
-    return;
-  }
-  handle->data = w;
-  uv_close(handle, on_handle_closed);
+  else
+    uv_close(handle, on_handle_closed);
 }
 
 void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
-  if (w == NULL || w->closing)
+  if (w == NULL || uvtw__closing(w))
     return;
-  if (uv_is_closing((uv_handle_t *)&w->timer))
-    w->armed = false; /* closed by the program: not to be stopped again */
-  disarm(w);
-  w->closing = true;
+  bool in_pass = w->arming == ARM_IN_PASS;
+  set_arming(w, ARM_CLOSED, 0);
+  leave_peers(w);
   w->close_cb = cb;
   w->close_arg = arg;
   /* Every timer becomes inactive before any task runs with UV_ECANCELED:
@@ -367,18 +419,20 @@ void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
   while (node != &w->wheel.expired) {
     uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
     node = node->next;
-    if (entry->cb_ != uvtw__task_fire)
+    if (!(entry->wheel_ & ENTRY_TASK))
       uvtw__entry_remove(w, entry);
   }
   uvtw__tasks_close(w);
   while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL) {
     uvtw_timer_t *task = container_of(node, uvtw_timer_t, node_);
-    count_out(w, task);
-    uvtw__task_fire(task); /* closing: UV_ECANCELED */
+    after_unlink(w, task);
+    task->cb_(task); /* closing: UV_ECANCELED */
   }
   close_handle(w, (uv_handle_t *)&w->timer);
   close_handle(w, (uv_handle_t *)&w->async);
-  if (w->handles_closed == 2) /* both were closed by the program */
+  close_handle(w, (uv_handle_t *)&w->prepare);
+  /* All three closed by the program: done now, or when the pass ends. */
+  if (w->handles_closed == 3 && !in_pass)
     finish_close(w);
 }
 
@@ -411,7 +465,7 @@ int64_t uvtw_wheel_next_due(const uvtw_wheel_t *w) {
 
 void uvtw_wheel_stats(const uvtw_wheel_t *w, uvtw_stats_t *out) {
   *out = w->stats;
-  out->started = w->wheel.next_seq; /* every start, repeat and task takes one */
+  out->started += w->wheel.next_seq; /* every start, repeat and task filed takes one */
   out->active = w->wheel.count;
   out->cascaded = w->wheel.cascaded;
   uvtw__tasks_stats(w, out);
@@ -427,27 +481,33 @@ uint64_t uvtw_wheel_now(const uvtw_wheel_t *w) {
   return uvtw__clock_ms(w);
 }
 
-static int check_manual(uvtw_wheel_t *w) {
+/* Checks that the manual clock may move now, and takes in the queued
+ * tasks, whose deadlines count from the wheel's time when taken in. */
+static int begin_advance(uvtw_wheel_t *w) {
   if (w == NULL || !w->manual)
     return UV_EINVAL;
-  if (w->in_pass)
+  if (w->arming == ARM_IN_PASS)
     return UV_EBUSY;
-  if (w->closing)
+  if (uvtw__closing(w))
     return UV_ECANCELED;
-  learn_thread(w);
-  uvtw__tasks_take_in(w);
+  uvtw__tasks_drain(w);
   return 0;
 }
 
-/* Sets the manual clock to tick `at` (never back) and runs one pass there. */
-static void manual_pass(uvtw_wheel_t *w, uint64_t at) {
+/* Sets the manual clock to tick `at` (never back) and runs one pass there.
+ * False if a callback closed the wheel (it may be gone). */
+static bool manual_pass(uvtw_wheel_t *w, uint64_t at) {
   if (ms_of(w, at) > w->manual_now)
     w->manual_now = ms_of(w, at);
   run_pass(w, at);
+  if (!pass_ended(w))
+    return false;
+  after_pass(w);
+  return true;
 }
 
 int uvtw_wheel_advance(uvtw_wheel_t *w, uint64_t ms) {
-  int err = check_manual(w);
+  int err = begin_advance(w);
   if (err != 0)
     return err;
   /* A saturated deadline (UINT64_MAX) is never reached. */
@@ -455,14 +515,15 @@ int uvtw_wheel_advance(uvtw_wheel_t *w, uint64_t ms) {
   if (target == UINT64_MAX)
     target--;
   uint64_t last = ticks_down(w, target);
-  uint64_t at = ticks_down(w, uvtw__clock_ms(w));
-  while (!w->closing && w->wheel.count != 0) {
+  uint64_t at = now_ticks(w);
+  while (w->wheel.count != 0) {
     uint64_t next = uvtw__wheel_next_deadline(&w->wheel);
     if (next > at)
       at = next;
     if (at > last)
       break;
-    manual_pass(w, at);
+    if (!manual_pass(w, at))
+      return 0;
     at++; /* passes at strictly increasing times */
   }
   if (target > w->manual_now)
@@ -471,16 +532,15 @@ int uvtw_wheel_advance(uvtw_wheel_t *w, uint64_t ms) {
 }
 
 int64_t uvtw_wheel_advance_next(uvtw_wheel_t *w) {
-  int err = check_manual(w);
+  int err = begin_advance(w);
   if (err != 0)
     return err;
   uint64_t next = uvtw__wheel_next_deadline_exact(&w->wheel);
   if (next == UINT64_MAX)
     return UV_EAGAIN;
-  uint64_t before = w->manual_now;
-  uint64_t now = ticks_down(w, uvtw__clock_ms(w));
-  manual_pass(w, next > now ? next : now);
-  uint64_t moved = w->manual_now - before;
+  uint64_t at = next > now_ticks(w) ? next : now_ticks(w);
+  uint64_t moved = ms_of(w, at) > w->manual_now ? ms_of(w, at) - w->manual_now : 0;
+  manual_pass(w, at); /* the wheel may be gone if a callback closed it */
   return moved > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)moved;
 }
 
@@ -495,10 +555,13 @@ void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
   timer->repeat_ = 0;
 }
 
-/* A start that decides something: a restart, or a filing that may arm,
- * collect or catch up (see uvtw__entry_add). */
+/* A start that decides something: a restart, or a filing that may arm
+ * (see uvtw__entry_add). */
 UVTW_NOINLINE static int start_deciding(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline) {
-  learn_thread(w);
+  if (!w->loop_ran) { /* the loop is being set up: the uv_async_t lets go */
+    w->loop_ran = true;
+    update_refs(w);
+  }
   if (wheel_node_linked(node_of(timer))) {
     /* A restart. Pushed later, an entry may stay where it is, and the
      * earliest deadline cannot move earlier. */
@@ -515,21 +578,21 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   if (timer == NULL || cb == NULL || wheel_of(timer) == NULL)
     return UV_EINVAL;
   uvtw_wheel_t *w = wheel_of(timer);
-  if (w->closing)
+  if (uvtw__closing(w))
     return UV_ECANCELED;
   timer->cb_ = cb;
   timer->repeat_ = repeat;
   uint64_t now = uvtw__clock_ms(w);
   uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(now, timeout));
-  /* Most starts decide nothing: a new entry with a timeout (not due, then),
-   * no earlier than the armed deadline, on a wheel that holds others. They
-   * only insert; the decisions are out of line, so such a start saves few
-   * registers, which takes a tenth off a stop + start at 10^6 timers. */
-  if (wheel_node_linked(node_of(timer)) || timeout == 0 || w->wheel.count == 0 || !w->armed ||
+  /* Most starts decide nothing: a new entry with a timeout (not due, then)
+   * no earlier than armed_at, on a wheel that holds others. They only
+   * insert; the decisions are out of line, so such a start saves few
+   * registers (bench/README.md). */
+  if (wheel_node_linked(node_of(timer)) || timeout == 0 || w->wheel.count == 0 ||
       deadline < w->armed_at)
     return start_deciding(w, timer, deadline);
   uvtw__wheel_insert(&w->wheel, node_of(timer), deadline);
-  count_in(w, timer);
+  after_file(w, timer);
   return 0;
 }
 
@@ -546,7 +609,7 @@ int uvtw_timer_stop(uvtw_timer_t *timer) {
 int uvtw_timer_again(uvtw_timer_t *timer) {
   if (timer == NULL || timer->cb_ == NULL || wheel_of(timer) == NULL)
     return UV_EINVAL;
-  if (wheel_of(timer)->closing)
+  if (uvtw__closing(wheel_of(timer)))
     return UV_ECANCELED;
   if (timer->repeat_ == 0) /* as uv_timer_again: an active one-shot timer stays */
     return 0;
@@ -573,13 +636,13 @@ int uvtw_timer_is_active(const uvtw_timer_t *timer) {
   return wheel_node_linked(const_node_of(timer));
 }
 
-/* Sets or clears TIMER_UNREF; a pending timer moves between the referenced
+/* Sets or clears ENTRY_UNREF; a pending timer moves between the referenced
  * entries and the unref'd ones. */
 static void set_unref(uvtw_timer_t *timer, uintptr_t unref) {
   uvtw_wheel_t *w = wheel_of(timer);
-  if ((timer->wheel_ & TIMER_UNREF) == unref)
+  if ((timer->wheel_ & ENTRY_UNREF) == unref)
     return;
-  timer->wheel_ ^= TIMER_UNREF;
+  timer->wheel_ ^= ENTRY_UNREF;
   if (wheel_node_linked(node_of(timer))) {
     w->unrefs = unref ? w->unrefs + 1 : w->unrefs - 1;
     update_refs(w);
@@ -591,9 +654,91 @@ void uvtw_timer_ref(uvtw_timer_t *timer) {
 }
 
 void uvtw_timer_unref(uvtw_timer_t *timer) {
-  set_unref(timer, TIMER_UNREF);
+  set_unref(timer, ENTRY_UNREF);
 }
 
 int uvtw_timer_has_ref(const uvtw_timer_t *timer) {
-  return !(timer->wheel_ & TIMER_UNREF);
+  return !(timer->wheel_ & ENTRY_UNREF);
 }
+
+/* ---- the invariant checker (-Dchecks) ---------------------------------------- */
+
+#ifdef UVTW_CHECKS
+/* What the pending entries add up to. */
+typedef struct census_s {
+  uint64_t entries, unrefs, tasks, cancelled;
+} census_t;
+
+static const char *check_list(const uvtw_wheel_t *w, const wheel_node_t *head, census_t *c) {
+  for (const wheel_node_t *node = head->next; node != head; node = node->next) {
+    const uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
+    const char *error = NULL;
+    if (wheel_of(entry) != w) /* every entry belongs to the wheel it is filed in */
+      return "an entry names another wheel";
+    if (node->deadline < w->armed_at) /* armed_at is never after a pending deadline */
+      return "an entry is due before the uv_timer_t";
+    c->entries++;
+    c->unrefs += (entry->wheel_ & ENTRY_UNREF) != 0;
+    if ((entry->wheel_ & ENTRY_TASK) && (error = uvtw__task_check(entry, &c->cancelled)) != NULL)
+      return error;
+    c->tasks += (entry->wheel_ & ENTRY_TASK) != 0;
+  }
+  return NULL;
+}
+
+static bool has_ref(const void *handle) {
+  return uv_has_ref((const uv_handle_t *)handle) != 0;
+}
+
+static const char *check_arming(const uvtw_wheel_t *w) {
+  bool timer = uv_is_active((const uv_handle_t *)&w->timer);
+  bool started = (w->arming == ARM_TIMER || w->arming == ARM_WAIT) && w->wheel.count != 0;
+  uint64_t due = ms_of(w, w->armed_at), now = uv_now(w->loop);
+  if (w->arming == ARM_IN_PASS) /* the checker runs outside passes */
+    return "checked inside a pass";
+  if (w->manual && (w->arming != ARM_IDLE || timer)) /* a manual clock never arms */
+    return "a manual wheel armed its uv_timer_t";
+  if (w->arming == ARM_IDLE && (timer || w->wheel.count != 0)) /* IDLE: nothing pending, stopped */
+    return "an idle wheel holds entries or a started uv_timer_t";
+  if (w->arming == ARM_TIMER && (w->wheel.count == 0 || (!timer && !w->pass_by_timer)))
+    return "TIMER without entries, or stopped outside libuv's collected list";
+  if (w->arming == ARM_COLLECTED && (w->wheel.count == 0 || timer == w->pass_by_timer))
+    return "COLLECTED without entries, or its uv_timer_t not where libuv keeps it";
+  if (w->arming == ARM_WAIT && (w->pass_by_timer || timer != (w->wheel.count != 0)))
+    return "WAIT on libuv >= 1.48, or its uv_timer_t started iff something is pending";
+  if ((w->arming == ARM_WAIT) != uv_is_active((const uv_handle_t *)&w->prepare))
+    return "the uv_prepare_t runs outside WAIT"; /* it ends WAIT, and only that */
+  if (!started && w->armed_at != 0) /* the fast path arms nothing only when nothing is armed */
+    return "armed_at set while the uv_timer_t is not started";
+  if (started && timer && uv_timer_get_due_in(&w->timer) != (due > now ? due - now : 0))
+    return "the uv_timer_t is not due at armed_at";
+  if (started && w->armed_at > uvtw__wheel_next_deadline_exact(&w->wheel))
+    return "the uv_timer_t is armed after the earliest deadline";
+  return NULL;
+}
+
+const char *uvtw__check(const uvtw_wheel_t *w) {
+  int64_t linked = uvtw__tasks_linked(w); /* before the walk: see uvtw__tasks_check */
+  census_t c = {0};
+  const char *error = check_list(w, &w->wheel.expired, &c);
+  for (unsigned i = 0; i < WHEEL_SLOT_COUNT && error == NULL; i++)
+    error = check_list(w, &w->wheel.slots[i], &c);
+  if (error != NULL || (error = check_arming(w)) != NULL)
+    return error;
+  bool may_keep_alive = w->referenced && !w->manual && !uvtw__closing(w);
+  if (c.entries != w->wheel.count || c.unrefs != w->unrefs) /* the counts are the lists' */
+    return "the entry or unref counts disagree with the lists";
+  if (has_ref(&w->timer) != (may_keep_alive && c.entries > c.unrefs)) /* alive as a uv_timer_t */
+    return "the uv_timer_t's reference disagrees with the referenced entries";
+  if (has_ref(&w->async) != (may_keep_alive && !w->loop_ran)) /* until the first iteration */
+    return "the uv_async_t's reference is wrong";
+  if (has_ref(&w->prepare)) /* the uv_prepare_t never keeps the loop alive */
+    return "the uv_prepare_t is referenced";
+  if (w->wheel.now > now_ticks(w)) /* the wheel never runs ahead of its clock */
+    return "the wheel's time is ahead of its clock";
+  for (const uvtw_wheel_t *p = w->peer; p != w; p = p->peer)
+    if (p->loop != w->loop || uvtw__closing(p)) /* the ring: open wheels of one loop */
+      return "the ring holds a closed wheel or another loop's";
+  return uvtw__tasks_check(w, linked, c.tasks, c.cancelled);
+}
+#endif

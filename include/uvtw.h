@@ -6,14 +6,17 @@
  * wakes the loop), and one uv_async_t through which other threads hand it
  * tasks. Callbacks always run on the loop's thread.
  *
- * Threads: every function here must be called on the thread that runs the
- * wheel's loop, except uvtw_schedule, uvtw_ticket_cancel, uvtw_ticket_release,
- * uvtw_version_string, uvtw_late_bucket_max and uvtw_stats_late_quantile,
- * which any thread may call. As libuv allows for handles, uvtw_wheel_new may
- * also be called on another thread before the loop runs there: the loop's
- * thread is the one that runs uv_run, and the wheel learns it from its loop
- * (or from its first timer start or manual advance, which are loop-thread
- * calls).
+ * Threads: the loop's thread is the thread running uv_run on the wheel's
+ * loop at the moment of a call, and only that; a loop may be run by several
+ * threads over its life, one at a time (made on one thread, run with
+ * UV_RUN_NOWAIT there for setup, then run on a worker for good), and the
+ * library never takes a thread for the loop's because it was once. Every
+ * function here is a loop-thread call: made by the thread that runs the
+ * loop, or by any thread while no thread runs it (the hand-off ordering the
+ * calls, as libuv requires for handles); except uvtw_schedule,
+ * uvtw_ticket_cancel, uvtw_ticket_release, uvtw_version_string,
+ * uvtw_late_bucket_max and uvtw_stats_late_quantile, which any thread may
+ * call at any time.
  *
  * Errors are negative libuv error codes (UV_EINVAL, ...); 0 is success. A
  * call that fails changes nothing.
@@ -25,10 +28,14 @@
  *   - never early: it runs only once the clock has reached its deadline;
  *   - order: callbacks run in deadline order, equal deadlines in the order
  *     the timers were started (tasks: in call order per calling thread);
- *   - one pass at a time: an entry made due from inside a wheel callback
- *     (a timer started with timeout 0, say) runs in the next loop iteration,
- *     never in the same pass, so a callback that keeps restarting itself
- *     with 0 cannot starve the loop;
+ *   - one pass per loop iteration, on every libuv: an entry made due after
+ *     the wheel's pass of an iteration (a timer started with timeout 0 from
+ *     inside any wheel's callback, or from a uv_timer_t callback that runs
+ *     after that pass) runs in the next iteration's pass, as libuv 1.48 and
+ *     later run a uv_timer_t started with 0 in its own timer phase (older
+ *     libuvs run such a uv_timer_t in the same phase, the wheel timer one
+ *     iteration later). So timers that keep restarting themselves or each
+ *     other with 0, on one wheel or several, cannot starve the loop;
  *   - exactly once: a stopped timer or a cancelled task never runs after
  *     the stop or the cancel.
  */
@@ -142,7 +149,7 @@ struct uvtw_timer_s {
     uint64_t deadline_;
     uint64_t seq_;
   } node_;
-  uintptr_t wheel_; /* the wheel's address; bit 0 set: unreferenced */
+  uintptr_t wheel_; /* the wheel's address; low bits: flags (src/internal.h) */
   uvtw_timer_cb cb_;
   uint64_t repeat_;
 };
@@ -151,9 +158,9 @@ struct uvtw_timer_s {
 
 /* Creates a wheel on `loop` (opts NULL or all zero: tick 1 ms, no task
  * limit, the loop's clock) and stores it in *out. Initializes one
- * uv_timer_t and one uv_async_t on the loop, so uv_walk sees them and a
- * loop with an open wheel cannot be closed with uv_loop_close until the
- * wheel is. The loop's thread, or another one before the loop runs there.
+ * uv_timer_t, one uv_async_t and one unreferenced uv_prepare_t on the loop,
+ * so uv_walk sees them and a loop with an open wheel cannot be closed with
+ * uv_loop_close until the wheel is. Loop-thread call (see Threads above).
  * Until the loop's first iteration has run (or a timer was started) the
  * uv_async_t is referenced, so a task scheduled before the loop first runs
  * keeps it alive; uv_run(UV_RUN_DEFAULT) on an otherwise idle loop returns
@@ -166,7 +173,7 @@ UVTW_EXTERN int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw
 
 /* Closes the wheel. Pending timers become inactive and never fire. Every
  * pending task's callback runs once with UV_ECANCELED, on the loop thread,
- * inside this call (tasks whose cancel returned 0 never run). Both handles
+ * inside this call (tasks whose cancel returned 0 never run). Its handles
  * are then closed, and cb(wheel, arg) runs once they are, from the loop; the
  * wheel pointer is valid until cb returns and must not be used afterwards.
  * From this call on, starts, agains and schedules get UV_ECANCELED; stops,
@@ -174,10 +181,14 @@ UVTW_EXTERN int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw
  * second call is ignored. `cb` may be NULL. Cost: O(pending entries).
  * Close the wheel before the loop's other handles. A program that closes
  * every handle itself (a uv_walk that closes each one not already closing,
- * the wheel's two among them) may call this only after uv_run has finished
- * those closes, even after uv_loop_close: the wheel then touches neither its
- * handles nor the loop, ends pending tasks with UV_ECANCELED, runs cb
- * inside this call and frees itself. */
+ * the wheel's among them) may call this only after uv_run has finished
+ * those closes, even after uv_loop_close, also from a callback that
+ * uvtw_wheel_advance runs: the wheel then touches neither its handles nor
+ * the loop, ends pending tasks with UV_ECANCELED, runs cb (inside this
+ * call, or when that advance's pass ends) and frees itself. Such a program
+ * must stop other threads' uvtw_schedule calls before the walk closes the
+ * wheel's uv_async_t: the library cannot see a close it did not make, and
+ * libuv before 1.45 aborts on a send to a closed handle. */
 UVTW_EXTERN void uvtw_wheel_close(uvtw_wheel_t *wheel, uvtw_close_cb cb, void *arg);
 
 /* The loop the wheel runs on. O(1). */
@@ -262,18 +273,17 @@ UVTW_EXTERN void uvtw_timer_unref(uvtw_timer_t *timer);
 UVTW_EXTERN int uvtw_timer_has_ref(const uvtw_timer_t *timer);
 
 /* ---- Any-thread tasks ----------------------------------------------------- */
-/* Tasks are one-shot callbacks that any thread may put on the wheel. The
- * loop thread is the one running uv_run on the wheel's loop, which need not
- * be the one that made the wheel. A task from any other thread, or from
- * before the wheel has learnt its loop's thread (its loop's first
- * iteration, or its first timer start), goes through a lock-free queue that
- * the wheel's uv_async_t drains on the loop thread. Once the loop runs, the
- * uv_async_t is unreferenced: a task from another thread keeps the loop
- * alive only once it is taken in, so keep the loop alive by other means (a
- * handle of your own) while other threads schedule. A task scheduled on the
- * loop thread goes straight into the wheel, and one scheduled before the
- * loop first runs waits in the queue; both keep the loop alive from the
- * call. */
+/* Tasks are one-shot callbacks that any thread may put on the wheel. Every
+ * task goes through a lock-free queue that the loop takes in at the end of
+ * each of the wheel's passes and in the poll phase (the wheel's uv_async_t),
+ * so in the same iteration if it was queued before the poll phase ends. A
+ * task scheduled from inside one of the wheel's own callbacks, or before
+ * the loop first runs, keeps the loop alive from the call. One scheduled
+ * from anywhere else (another thread, or another handle's callback) keeps
+ * it alive once the loop has taken it in: the uv_async_t is unreferenced
+ * once the loop has run, because a handle cannot be referenced from
+ * another thread, so keep the loop alive by a handle of your own while
+ * tasks may still arrive. */
 
 /* Schedules cb(arg, 0) to run on the loop thread `timeout` ms after this
  * call. On a loop-clock wheel the deadline is taken now with uv_hrtime(), so
@@ -302,9 +312,8 @@ UVTW_EXTERN int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_c
 
 /* Cancels the task. Returns 0 if the cancel won: the callback will never run
  * (again 0 on a repeat call), and the wheel drops the entry promptly. The
- * task keeps its place under max_pending until the loop has let go of it:
- * at once on the loop thread, else at the loop's next drain of its queue
- * (not at the deadline), so max_pending bounds the memory tasks hold even
+ * task keeps its place under max_pending until the loop has let go of it,
+ * at its next take-in of the queue (not at the deadline), so max_pending bounds the memory tasks hold even
  * while the loop is busy. Returns UV_EALREADY if the
  * callback has started or finished (with status 0, or UV_ECANCELED because
  * the wheel closed). Exactly one of the two, under any interleaving. Any
@@ -340,7 +349,7 @@ UVTW_EXTERN void uvtw_ticket_release(uvtw_ticket_t *ticket);
  * manual clock's. O(1). */
 UVTW_EXTERN uint64_t uvtw_wheel_now(const uvtw_wheel_t *wheel);
 
-/* Loop thread. Takes in the tasks queued by other threads, then moves the
+/* Loop thread. Takes in the queued tasks, then moves the
  * wheel's time forward by `ms`, running one pass at the current time if
  * something is due, then one at each later time at which something is due,
  * up to and including the new time, which the wheel then keeps. Returns 0.

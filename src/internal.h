@@ -49,10 +49,6 @@ struct uvtw_wheel_s {
   wheel_t wheel;
 };
 
-static inline uint64_t uvtw__add_saturating(uint64_t a, uint64_t b) {
-  return a + b < a ? UINT64_MAX : a + b;
-}
-
 static inline bool uvtw__closing(const uvtw_wheel_t *w) {
   return w->arming == ARM_CLOSED;
 }

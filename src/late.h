@@ -34,7 +34,7 @@ _Static_assert(LATE_BUCKET_MIN(UVTW_LATE_BUCKETS - 2) < 10 * 60 * 1000,
  * exact ones. No branch but the clamp, which compilers make a cmov. */
 static inline unsigned uvtw__late_bucket(uint64_t ms) {
   uint64_t v = ms < LATE_OPEN_MIN ? ms : LATE_OPEN_MIN;
-  unsigned shift = (unsigned)uvtw_highest_bit(v | LATE_SUBS) - LATE_SUB_BITS;
+  unsigned shift = (unsigned)uvtw__highest_bit(v | LATE_SUBS) - LATE_SUB_BITS;
   return shift * LATE_SUBS + (unsigned)(v >> shift);
 }
 

@@ -123,7 +123,7 @@ void *uvtw__pool_get(pool_t *p, uint64_t timeout) {
       atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
     return block;
   }
-  _Atomic uintptr_t *cursor = &p->cursor[timeout == 0 ? 0 : 1 + uvtw_highest_bit(timeout)];
+  _Atomic uintptr_t *cursor = &p->cursor[timeout == 0 ? 0 : 1 + uvtw__highest_bit(timeout)];
   for (;;) {
     uintptr_t c = atomic_fetch_add_explicit(cursor, 1, memory_order_acquire);
     if (!used_up(c))

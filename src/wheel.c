@@ -80,7 +80,7 @@ void uvtw__wheel_init(wheel_t *w, uint64_t now) {
 static bool first_occupied(const wheel_t *w, unsigned *index) {
   for (unsigned word = 0; word < WHEEL_SLOT_COUNT / 64; word++) {
     if (w->occupied[word] != 0) {
-      *index = word * 64 + (unsigned)uvtw_lowest_bit(w->occupied[word]);
+      *index = word * 64 + (unsigned)uvtw__lowest_bit(w->occupied[word]);
       return true;
     }
   }
@@ -135,7 +135,7 @@ uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w) {
   uint64_t earliest = UINT64_MAX;
   for (unsigned word = 0; word < WHEEL_SLOT_COUNT / 64; word++) {
     for (uint64_t bits = w->occupied[word]; bits != 0; bits &= bits - 1) {
-      unsigned index = word * 64 + (unsigned)uvtw_lowest_bit(bits);
+      unsigned index = word * 64 + (unsigned)uvtw__lowest_bit(bits);
       if (earliest <= wheel_slot_start(w->now, index))
         return earliest;
       const wheel_node_t *head = &w->slots[index];

@@ -61,7 +61,7 @@ static inline unsigned wheel_level_of_slot(unsigned index) {
 /* The level on which an entry due at `deadline` is filed at time `now`. */
 static inline unsigned wheel_level_of(uint64_t deadline, uint64_t now) {
   uint64_t differ = (deadline ^ now) >> WHEEL_LEVEL0_BITS;
-  return differ == 0 ? 0 : 1 + (unsigned)uvtw_highest_bit(differ) / WHEEL_DIGIT_BITS;
+  return differ == 0 ? 0 : 1 + (unsigned)uvtw__highest_bit(differ) / WHEEL_DIGIT_BITS;
 }
 
 /* The slot (index in slots[]) an entry due at `deadline` takes on `level`. */

@@ -236,7 +236,8 @@ UVTW_EXTERN void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer);
  * Errors: timer or cb NULL, or a timer initialized without a wheel ->
  * UV_EINVAL; wheel closing (from uvtw_wheel_close until its callback) ->
  * UV_ECANCELED. */
-UVTW_EXTERN int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat);
+UVTW_EXTERN int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout,
+                                 uint64_t repeat);
 
 /* Disarms the timer: its callback will not run. A no-op returning 0 if the
  * timer is inactive (so also on a closing or closed wheel, whose timers are
@@ -313,10 +314,10 @@ UVTW_EXTERN int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_c
 /* Cancels the task. Returns 0 if the cancel won: the callback will never run
  * (again 0 on a repeat call), and the wheel drops the entry promptly. The
  * task keeps its place under max_pending until the loop has let go of it,
- * at its next take-in of the queue (not at the deadline), so max_pending bounds the memory tasks hold even
- * while the loop is busy. Returns UV_EALREADY if the
- * callback has started or finished (with status 0, or UV_ECANCELED because
- * the wheel closed). Exactly one of the two, under any interleaving. Any
+ * at its next take-in of the queue (not at the deadline), so max_pending
+ * bounds the memory tasks hold even while the loop is busy. Returns
+ * UV_EALREADY if the callback has started or finished (with status 0, or
+ * UV_ECANCELED because the wheel closed). Exactly one of the two, under any interleaving. Any
  * thread, also after the wheel was closed and freed. Lock-free, O(1).
  * Errors: ticket NULL -> UV_EINVAL. */
 UVTW_EXTERN int uvtw_ticket_cancel(uvtw_ticket_t *ticket);

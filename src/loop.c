@@ -241,7 +241,8 @@ static void fire(uvtw_wheel_t *w, uvtw_timer_t *entry) {
   if (!(entry->wheel_ & ENTRY_TASK)) {
     uvtw__note_fired(w, node_of(entry)->deadline);
     if (entry->repeat_ != 0)
-      uvtw__entry_add(w, entry, uvtw__ticks_up(w, uvtw__add_saturating(uvtw__clock_ms(w), entry->repeat_)));
+      uvtw__entry_add(w, entry,
+                      uvtw__ticks_up(w, uvtw__add_saturating(uvtw__clock_ms(w), entry->repeat_)));
   }
   entry->cb_(entry); /* the entry may be freed from here on */
 }

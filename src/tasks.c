@@ -322,8 +322,9 @@ int uvtw_ticket_cancel(uvtw_ticket_t *task) {
   /* Have the loop unlink it now rather than at its deadline. */
   uvtw_shared_t *sh = task->shared;
   atomic_fetch_add(&sh->cancelled_linked, 1);
+  /* A closing wheel lets go of it itself. */
   if (!gate_enter(sh))
-    return 0; /* the closing wheel lets go of it itself */
+    return 0;
   atomic_fetch_add(&task->refs, 1); /* the message's reference */
   send_and_leave(sh, task);
   return 0;

@@ -665,81 +665,67 @@ int uvtw_timer_has_ref(const uvtw_timer_t *timer) {
 /* ---- the invariant checker (-Dchecks) ---------------------------------------- */
 
 #ifdef UVTW_CHECKS
-/* What the pending entries add up to. */
-typedef struct census_s {
-  uint64_t entries, unrefs, tasks, cancelled;
-} census_t;
+/* One invariant: returns its name from the checker if it fails. */
+#define INVARIANT(holds, name)                                                                     \
+  if (!(holds))                                                                                    \
+  return name
 
-static const char *check_list(const uvtw_wheel_t *w, const wheel_node_t *head, census_t *c) {
+/* The pending entries of one list, counted into c[]: entries, unrefs,
+ * tasks, tasks cancelled in the wheel. */
+static const char *check_list(const uvtw_wheel_t *w, const wheel_node_t *head, uint64_t c[4]) {
   for (const wheel_node_t *node = head->next; node != head; node = node->next) {
     const uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
-    const char *error = NULL;
-    if (wheel_of(entry) != w) /* every entry belongs to the wheel it is filed in */
-      return "an entry names another wheel";
-    if (node->deadline < w->armed_at) /* armed_at is never after a pending deadline */
-      return "an entry is due before the uv_timer_t";
-    c->entries++;
-    c->unrefs += (entry->wheel_ & ENTRY_UNREF) != 0;
-    if ((entry->wheel_ & ENTRY_TASK) && (error = uvtw__task_check(entry, &c->cancelled)) != NULL)
-      return error;
-    c->tasks += (entry->wheel_ & ENTRY_TASK) != 0;
+    bool task = entry->wheel_ & ENTRY_TASK;
+    INVARIANT(wheel_of(entry) == w, "an entry is filed in another wheel");
+    INVARIANT(node->deadline >= w->armed_at, "an entry is due before the uv_timer_t");
+    INVARIANT(!task || uvtw__task_check(entry, &c[3]), "a task in the wheel is not pending");
+    c[0]++, c[1] += (entry->wheel_ & ENTRY_UNREF) != 0, c[2] += task;
   }
   return NULL;
 }
 
-static bool has_ref(const void *handle) {
-  return uv_has_ref((const uv_handle_t *)handle) != 0;
-}
-
 static const char *check_arming(const uvtw_wheel_t *w) {
-  bool timer = uv_is_active((const uv_handle_t *)&w->timer);
-  bool started = (w->arming == ARM_TIMER || w->arming == ARM_WAIT) && w->wheel.count != 0;
+  enum arming a = w->arming;
+  bool timer = uv_is_active((const uv_handle_t *)&w->timer), empty = w->wheel.count == 0;
+  bool started = (a == ARM_TIMER || a == ARM_WAIT) && !empty;
   uint64_t due = ms_of(w, w->armed_at), now = uv_now(w->loop);
-  if (w->arming == ARM_IN_PASS) /* the checker runs outside passes */
-    return "checked inside a pass";
-  if (w->manual && (w->arming != ARM_IDLE || timer)) /* a manual clock never arms */
-    return "a manual wheel armed its uv_timer_t";
-  if (w->arming == ARM_IDLE && (timer || w->wheel.count != 0)) /* IDLE: nothing pending, stopped */
-    return "an idle wheel holds entries or a started uv_timer_t";
-  if (w->arming == ARM_TIMER && (w->wheel.count == 0 || (!timer && !w->pass_by_timer)))
-    return "TIMER without entries, or stopped outside libuv's collected list";
-  if (w->arming == ARM_COLLECTED && (w->wheel.count == 0 || timer == w->pass_by_timer))
-    return "COLLECTED without entries, or its uv_timer_t not where libuv keeps it";
-  if (w->arming == ARM_WAIT && (w->pass_by_timer || timer != (w->wheel.count != 0)))
-    return "WAIT on libuv >= 1.48, or its uv_timer_t started iff something is pending";
-  if ((w->arming == ARM_WAIT) != uv_is_active((const uv_handle_t *)&w->prepare))
-    return "the uv_prepare_t runs outside WAIT"; /* it ends WAIT, and only that */
-  if (!started && w->armed_at != 0) /* the fast path arms nothing only when nothing is armed */
-    return "armed_at set while the uv_timer_t is not started";
-  if (started && timer && uv_timer_get_due_in(&w->timer) != (due > now ? due - now : 0))
-    return "the uv_timer_t is not due at armed_at";
-  if (started && w->armed_at > uvtw__wheel_next_deadline_exact(&w->wheel))
-    return "the uv_timer_t is armed after the earliest deadline";
+  INVARIANT(a != ARM_IN_PASS, "checked inside a pass"); /* the checker runs between passes */
+  INVARIANT(!w->manual || (a == ARM_IDLE && !timer), "a manual clock armed its uv_timer_t");
+  INVARIANT(a != ARM_IDLE || (!timer && (empty || w->manual)), "IDLE with a timer or entries");
+  /* TIMER: started, or (libuv >= 1.48) collected by libuv's timer phase */
+  INVARIANT(a != ARM_TIMER || (!empty && (timer || w->pass_by_timer)), "TIMER not armed");
+  /* COLLECTED: libuv >= 1.48 holds it inactive in its list; older libuvs in the heap */
+  INVARIANT(a != ARM_COLLECTED || (!empty && timer != w->pass_by_timer), "COLLECTED, not due");
+  INVARIANT(a != ARM_WAIT || (!w->pass_by_timer && timer == !empty), "WAIT on libuv >= 1.48");
+  INVARIANT((a == ARM_WAIT) == uv_is_active((const uv_handle_t *)&w->prepare), "prepare not WAIT");
+  INVARIANT(started || w->armed_at == 0, "armed_at set with nothing armed"); /* the fast path */
+  INVARIANT(!started || uv_timer_get_due_in(&w->timer) == (due > now ? due - now : 0),
+            "the uv_timer_t is not due at armed_at");
+  INVARIANT(!started || empty || w->armed_at <= uvtw__wheel_next_deadline_exact(&w->wheel),
+            "the uv_timer_t is armed after the earliest deadline");
   return NULL;
 }
 
 const char *uvtw__check(const uvtw_wheel_t *w) {
   int64_t linked = uvtw__tasks_linked(w); /* before the walk: see uvtw__tasks_check */
-  census_t c = {0};
-  const char *error = check_list(w, &w->wheel.expired, &c);
+  uint64_t c[4] = {0};
+  const char *error = check_list(w, &w->wheel.expired, c);
   for (unsigned i = 0; i < WHEEL_SLOT_COUNT && error == NULL; i++)
-    error = check_list(w, &w->wheel.slots[i], &c);
+    error = check_list(w, &w->wheel.slots[i], c);
   if (error != NULL || (error = check_arming(w)) != NULL)
     return error;
   bool may_keep_alive = w->referenced && !w->manual && !uvtw__closing(w);
-  if (c.entries != w->wheel.count || c.unrefs != w->unrefs) /* the counts are the lists' */
-    return "the entry or unref counts disagree with the lists";
-  if (has_ref(&w->timer) != (may_keep_alive && c.entries > c.unrefs)) /* alive as a uv_timer_t */
-    return "the uv_timer_t's reference disagrees with the referenced entries";
-  if (has_ref(&w->async) != (may_keep_alive && !w->loop_ran)) /* until the first iteration */
-    return "the uv_async_t's reference is wrong";
-  if (has_ref(&w->prepare)) /* the uv_prepare_t never keeps the loop alive */
-    return "the uv_prepare_t is referenced";
-  if (w->wheel.now > now_ticks(w)) /* the wheel never runs ahead of its clock */
-    return "the wheel's time is ahead of its clock";
-  for (const uvtw_wheel_t *p = w->peer; p != w; p = p->peer)
-    if (p->loop != w->loop || uvtw__closing(p)) /* the ring: open wheels of one loop */
-      return "the ring holds a closed wheel or another loop's";
-  return uvtw__tasks_check(w, linked, c.tasks, c.cancelled);
+  INVARIANT(c[0] == w->wheel.count && c[1] == w->unrefs, "the counts disagree with the lists");
+  /* The handles keep the loop alive as a referenced uv_timer_t would, and
+   * before the loop's first iteration for the tasks queued; the uv_prepare_t never. */
+  INVARIANT(uv_has_ref((const uv_handle_t *)&w->timer) == (may_keep_alive && c[0] > c[1]),
+            "the uv_timer_t's reference disagrees with the referenced entries");
+  INVARIANT(uv_has_ref((const uv_handle_t *)&w->async) == (may_keep_alive && !w->loop_ran),
+            "the uv_async_t's reference is wrong");
+  INVARIANT(!uv_has_ref((const uv_handle_t *)&w->prepare), "the uv_prepare_t is referenced");
+  INVARIANT(w->wheel.now <= now_ticks(w), "the wheel's time is ahead of its clock");
+  for (const uvtw_wheel_t *p = w->peer; p != w; p = p->peer) /* the open wheels of one loop */
+    INVARIANT(p->loop == w->loop && !uvtw__closing(p), "the ring holds a closed or foreign wheel");
+  return uvtw__tasks_check(w, linked, c[2], c[3]);
 }
 #endif

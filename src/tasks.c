@@ -338,15 +338,13 @@ void uvtw_ticket_release(uvtw_ticket_t *task) {
 /* ---- the invariant checker (-Dchecks) ---------------------------------------- */
 
 #ifdef UVTW_CHECKS
-const char *uvtw__task_check(const uvtw_timer_t *entry, uint64_t *cancelled) {
+bool uvtw__task_check(const uvtw_timer_t *entry, uint64_t *cancelled) {
   const uvtw_ticket_t *task = container_of(entry, uvtw_ticket_t, entry);
   int state = atomic_load(&task->state);
-  if (state != TASK_IN_WHEEL && state != TASK_CANCELLED_IN_WHEEL) /* filed: in the wheel */
-    return "a task in the wheel is in another state";
-  if (entry->cb_ != task_fire || atomic_load(&task->refs) < 1) /* the loop holds it */
-    return "a task's entry lost its callback or the loop's reference";
   *cancelled += state == TASK_CANCELLED_IN_WHEEL;
-  return NULL;
+  /* In the wheel, with the loop's reference, in a state only the loop leaves. */
+  return (state == TASK_IN_WHEEL || state == TASK_CANCELLED_IN_WHEEL) && entry->cb_ == task_fire &&
+         atomic_load(&task->refs) >= 1;
 }
 
 int64_t uvtw__tasks_linked(const uvtw_wheel_t *w) {
@@ -356,7 +354,8 @@ int64_t uvtw__tasks_linked(const uvtw_wheel_t *w) {
 const char *uvtw__tasks_check(const uvtw_wheel_t *w, int64_t linked, uint64_t tasks,
                               uint64_t cancelled) {
   const uvtw_shared_t *sh = w->shared;
-  if (linked > (int64_t)cancelled) /* read before the walk; counted in once the state is set */
+  /* Read before the walk, and counted in only once the state is set. */
+  if (linked > (int64_t)cancelled)
     return "more tasks counted cancelled in the wheel than there are";
   if (sh->max_pending != 0 && atomic_load(&sh->pending) < tasks) /* each holds its place */
     return "tasks in the wheel without their place under max_pending";

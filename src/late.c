@@ -13,15 +13,20 @@ uint64_t uvtw_late_bucket_max(unsigned i) {
 }
 
 /* The nearest rank of the q-quantile of n values, max(1, ceil(q * n)), and
- * never above n (q * n in double may round up past it). */
+ * never above n (q * n in double may round up past it). As for the decimal
+ * q the user wrote: a q * n within 1e-9 * n of an integer is that integer
+ * (0.56 * 100 is 56.000000000000007 in double; its rank is 56), so the
+ * ceiling is taken of q * n - 1e-9 * n. */
 static uint64_t nearest_rank(double q, uint64_t n) {
-  double x = q * (double)n;
+  double x = q * (double)n - 1e-9 * (double)n;
   if (x >= (double)n)
     return n;
+  if (x <= 0)
+    return 1;
   uint64_t rank = (uint64_t)x;
   if ((double)rank < x)
     rank++;
-  return rank > 0 ? rank : 1;
+  return rank;
 }
 
 static inline uint64_t add_saturating(uint64_t a, uint64_t b) {

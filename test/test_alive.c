@@ -124,48 +124,69 @@ static void test_self_restart_zero_alone(void) {
 }
 
 /* ---- Each uv_run mode against a uv_timer_t twin (issue 16) -----------------
- * A script of starts, references and uv_run calls is played twice, each time
- * on a loop of its own: once with wheel timers, once with uv_timer_t twins.
- * The return value of every uv_run and which timers had fired after it must
- * be the same, on whatever libuv the test runs on. Separate loops, because
- * a referenced twin on the same loop would keep it alive for the wheel. An
- * unreferenced wheel is played by twins that are all uv_unref'd. */
+ * A script of starts, references and uv_run calls drives wheel timers and
+ * their uv_timer_t twins side by side on one loop: every step acts on both
+ * at the same moment (a timer and its twin are started with no clock
+ * update between, so with one deadline), and both then live through the
+ * same loop iterations on the same clock, however slow the machine. An
+ * unreferenced wheel is played by twins that are all uv_unref'd.
+ *
+ * What decides a loop's course is its aliveness, which uv_run checks at its
+ * start and at the end of each iteration and returns. A loop holding one
+ * kind alone is alive while an active referenced handle of that kind is
+ * (for the wheel, one of its uv_timer_t and uv_async_t: any handle on the
+ * loop that is not the test's; for the twins, a twin), or the script's
+ * keeper, which both loops would hold. While the two kinds agree at each
+ * of those checks, the shared loop runs as each loop alone would and each
+ * uv_run returns what it returns with uv_timer_t twins alone; the first
+ * point at which one kind alone would keep its loop going where the
+ * other's returns, or the kinds' timers have fired differently, is the
+ * difference. So they are compared at the start of every uv_run, before
+ * and after the poll of every iteration (a prepare and a check handle:
+ * libuv before 1.45 checks aliveness after the check phase, later ones
+ * after the timers that end an iteration, before the next prepare), and
+ * after every uv_run. No comparison depends on how fast the machine runs:
+ * a slow step delays both kinds alike. */
 
-typedef enum { KIND_WHEEL, KIND_UV } alive_kind_t;
+typedef enum { KIND_WHEEL, KIND_UV, KINDS } alive_kind_t;
 
 enum { AL_TIMERS = 2, AL_RUNS = 8 };
 
 typedef struct alive_env_s {
   fx_t f;
-  alive_kind_t kind;
   uvtw_timer_t wt[AL_TIMERS];
   uv_timer_t ut[AL_TIMERS];
-  uv_timer_t stopper; /* unreferenced: calls uv_stop */
-  uv_timer_t keeper;  /* referenced: keeps the loop alive for a while */
+  uv_timer_t stopper;   /* unreferenced: calls uv_stop */
+  uv_timer_t keeper;    /* referenced: keeps the loop alive for a while */
+  uv_prepare_t watch;   /* unreferenced: compare the kinds every iteration, */
+  uv_check_t watch_end; /* before and after the poll */
   int timer_ref[AL_TIMERS];
   int wheel_ref;
   int stop_in_cb[AL_TIMERS];
-  int fired[AL_TIMERS];
+  int fired[KINDS][AL_TIMERS];
   int runs;
   int run_mode[AL_RUNS];
   int run_result[AL_RUNS];
-  int fired_after[AL_RUNS][AL_TIMERS];
+  int alive_after[AL_RUNS][KINDS];
+  int fired_after[AL_RUNS][KINDS][AL_TIMERS];
+  int iterations;  /* of the uv_run under way */
+  char split[300]; /* where the kinds first differed; empty if never */
 } alive_env_t;
 
 static alive_env_t *al;
 
-static void al_fired(int i) {
-  al->fired[i]++;
+static void al_fired(alive_kind_t kind, int i) {
+  al->fired[kind][i]++;
   if (al->stop_in_cb[i])
     uv_stop(&al->f.loop);
 }
 
 static void al_wheel_cb(uvtw_timer_t *timer) {
-  al_fired((int)(timer - al->wt));
+  al_fired(KIND_WHEEL, (int)(timer - al->wt));
 }
 
 static void al_uv_cb(uv_timer_t *handle) {
-  al_fired((int)(handle - al->ut));
+  al_fired(KIND_UV, (int)(handle - al->ut));
 }
 
 static void al_stopper_cb(uv_timer_t *handle) {
@@ -176,6 +197,66 @@ static void al_keeper_cb(uv_timer_t *handle) {
   (void)handle;
 }
 
+static bool al_keeps_alive(const void *handle) {
+  const uv_handle_t *h = handle;
+  return uv_is_active(h) && uv_has_ref(h) && !uv_is_closing(h);
+}
+
+static bool al_is_tests(const uv_handle_t *h) {
+  if (h == (const uv_handle_t *)&al->f.prepare_ || h == (const uv_handle_t *)&al->f.watchdog_ ||
+      h == (const uv_handle_t *)&al->stopper || h == (const uv_handle_t *)&al->keeper ||
+      h == (const uv_handle_t *)&al->watch || h == (const uv_handle_t *)&al->watch_end)
+    return true;
+  for (int i = 0; i < AL_TIMERS; i++)
+    if (h == (const uv_handle_t *)&al->ut[i])
+      return true;
+  return false;
+}
+
+static void al_walk_wheel(uv_handle_t *handle, void *arg) {
+  if (!al_is_tests(handle) && al_keeps_alive(handle))
+    *(bool *)arg = true;
+}
+
+/* Whether a loop holding only `kind` (and the keeper) would be alive. */
+static int al_alive(alive_kind_t kind) {
+  bool alive = al_keeps_alive(&al->keeper);
+  if (kind == KIND_WHEEL)
+    uv_walk(&al->f.loop, al_walk_wheel, &alive);
+  else
+    for (int i = 0; i < AL_TIMERS; i++)
+      alive |= al_keeps_alive(&al->ut[i]);
+  return alive;
+}
+
+/* Records where the kinds first differ, if they do now. */
+static void al_compare_kinds(const char *where) {
+  int w = al_alive(KIND_WHEEL), u = al_alive(KIND_UV);
+  bool same = w == u;
+  for (int i = 0; i < AL_TIMERS; i++)
+    same &= al->fired[KIND_WHEEL][i] == al->fired[KIND_UV][i];
+  if (same || al->split[0] != '\0')
+    return;
+  snprintf(al->split, sizeof al->split,
+           "%s of uv_run %d: wheel alive %d fired[%d,%d], twins alive %d fired[%d,%d]", where,
+           al->runs + 1, w, al->fired[KIND_WHEEL][0], al->fired[KIND_WHEEL][1], u,
+           al->fired[KIND_UV][0], al->fired[KIND_UV][1]);
+}
+
+static void al_watch_cb(uv_prepare_t *handle) {
+  (void)handle;
+  char where[60];
+  snprintf(where, sizeof where, "before the poll of iteration %d", ++al->iterations);
+  al_compare_kinds(where);
+}
+
+static void al_watch_end_cb(uv_check_t *handle) {
+  (void)handle;
+  char where[60];
+  snprintf(where, sizeof where, "after the poll of iteration %d", al->iterations);
+  al_compare_kinds(where);
+}
+
 /* A twin is referenced when its timer is and the "wheel" is. */
 static void al_apply_uv_ref(int i) {
   if (al->timer_ref[i] && al->wheel_ref)
@@ -184,42 +265,33 @@ static void al_apply_uv_ref(int i) {
     uv_unref((uv_handle_t *)&al->ut[i]);
 }
 
+/* A wheel timer and its twin, at the same moment: one deadline. */
 static void al_start(int i, uint64_t timeout) {
-  if (al->kind == KIND_WHEEL) {
-    uvtw_timer_start(&al->wt[i], al_wheel_cb, timeout, 0);
-  } else {
-    uv_timer_start(&al->ut[i], al_uv_cb, timeout, 0);
-    al_apply_uv_ref(i);
-  }
+  uvtw_timer_start(&al->wt[i], al_wheel_cb, timeout, 0);
+  uv_timer_start(&al->ut[i], al_uv_cb, timeout, 0);
+  al_apply_uv_ref(i);
 }
 
 static void al_timer_unref(int i) {
   al->timer_ref[i] = 0;
-  if (al->kind == KIND_WHEEL)
-    uvtw_timer_unref(&al->wt[i]);
-  else
-    al_apply_uv_ref(i);
+  uvtw_timer_unref(&al->wt[i]);
+  al_apply_uv_ref(i);
 }
 
 static void al_timer_ref(int i) {
   al->timer_ref[i] = 1;
-  if (al->kind == KIND_WHEEL)
-    uvtw_timer_ref(&al->wt[i]);
-  else
-    al_apply_uv_ref(i);
+  uvtw_timer_ref(&al->wt[i]);
+  al_apply_uv_ref(i);
 }
 
 static void al_wheel_set_ref(int ref) {
   al->wheel_ref = ref;
-  if (al->kind == KIND_WHEEL) {
-    if (ref)
-      uvtw_wheel_ref(al->f.wheel);
-    else
-      uvtw_wheel_unref(al->f.wheel);
-  } else {
-    for (int i = 0; i < AL_TIMERS; i++)
-      al_apply_uv_ref(i);
-  }
+  if (ref)
+    uvtw_wheel_ref(al->f.wheel);
+  else
+    uvtw_wheel_unref(al->f.wheel);
+  for (int i = 0; i < AL_TIMERS; i++)
+    al_apply_uv_ref(i);
 }
 
 static void al_stop_at(uint64_t ms) {
@@ -233,9 +305,15 @@ static void al_keep_for(uint64_t ms) {
 static void al_run(uv_run_mode mode) {
   int k = al->runs < AL_RUNS ? al->runs : AL_RUNS - 1;
   al->run_mode[k] = (int)mode;
+  al->iterations = 0;
+  al_compare_kinds("at the start");
   al->run_result[k] = uv_run(&al->f.loop, mode);
-  for (int i = 0; i < AL_TIMERS; i++)
-    al->fired_after[k][i] = al->fired[i];
+  al_compare_kinds("after the end");
+  for (int kind = 0; kind < KINDS; kind++) {
+    al->alive_after[k][kind] = al_alive((alive_kind_t)kind);
+    for (int i = 0; i < AL_TIMERS; i++)
+      al->fired_after[k][kind][i] = al->fired[kind][i];
+  }
   al->runs++;
 }
 
@@ -243,19 +321,20 @@ static const char *mode_name(int mode) {
   return mode == UV_RUN_DEFAULT ? "DEFAULT" : mode == UV_RUN_ONCE ? "ONCE" : "NOWAIT";
 }
 
-static void al_describe(const alive_env_t *e, const char *who) {
+/* Each uv_run's mode and return value, and after it whether `kind` alone
+ * would keep its loop alive and the fire counts of its timers 0 and 1. */
+static void al_describe(const alive_env_t *e, alive_kind_t kind, const char *who) {
   char line[400];
   size_t used = 0;
   for (int k = 0; k < e->runs && k < AL_RUNS && used < sizeof line; k++)
-    used += (size_t)snprintf(line + used, sizeof line - used, " %s->%d fired[%d,%d]",
-                             mode_name(e->run_mode[k]), e->run_result[k], e->fired_after[k][0],
-                             e->fired_after[k][1]);
+    used += (size_t)snprintf(line + used, sizeof line - used, " %s->%d alive %d fired[%d,%d]",
+                             mode_name(e->run_mode[k]), e->run_result[k], e->alive_after[k][kind],
+                             e->fired_after[k][kind][0], e->fired_after[k][kind][1]);
   tap_diag("  %s:%s", who, used ? line : " no uv_run");
 }
 
-static bool al_play(alive_env_t *e, alive_kind_t kind, const char *T, void (*script)(void)) {
+static bool al_play(alive_env_t *e, const char *T, void (*script)(void)) {
   memset(e, 0, sizeof *e);
-  e->kind = kind;
   e->wheel_ref = 1;
   if (!fx_open(&e->f, T, NULL))
     return false;
@@ -268,6 +347,12 @@ static bool al_play(alive_env_t *e, alive_kind_t kind, const char *T, void (*scr
   uv_timer_init(&e->f.loop, &e->stopper);
   uv_unref((uv_handle_t *)&e->stopper);
   uv_timer_init(&e->f.loop, &e->keeper);
+  uv_prepare_init(&e->f.loop, &e->watch);
+  uv_prepare_start(&e->watch, al_watch_cb);
+  uv_unref((uv_handle_t *)&e->watch);
+  uv_check_init(&e->f.loop, &e->watch_end);
+  uv_check_start(&e->watch_end, al_watch_end_cb);
+  uv_unref((uv_handle_t *)&e->watch_end);
   script();
   for (int i = 0; i < AL_TIMERS; i++) {
     uvtw_timer_stop(&e->wt[i]);
@@ -275,6 +360,8 @@ static bool al_play(alive_env_t *e, alive_kind_t kind, const char *T, void (*scr
   }
   fx_close_handle(&e->stopper);
   fx_close_handle(&e->keeper);
+  fx_close_handle(&e->watch);
+  fx_close_handle(&e->watch_end);
   if (!e->wheel_ref)
     uvtw_wheel_ref(e->f.wheel);
   fx_close(&e->f);
@@ -282,45 +369,24 @@ static bool al_play(alive_env_t *e, alive_kind_t kind, const char *T, void (*scr
   return true;
 }
 
-static bool al_same(const alive_env_t *a, const alive_env_t *b) {
-  bool same = a->runs == b->runs && a->runs <= AL_RUNS;
-  for (int k = 0; same && k < a->runs; k++) {
-    same &= a->run_result[k] == b->run_result[k];
-    for (int i = 0; i < AL_TIMERS; i++)
-      same &= a->fired_after[k][i] == b->fired_after[k][i];
-  }
-  return same;
-}
-
-enum { AL_ATTEMPTS = 3 };
-
-/* Plays `script` with wheel timers and with uv_timer_t twins; one check.
- * The two plays run one after the other, so a scheduling hiccup can hit one
- * and not the other (a wakeup late past the next deadline, or an early
- * return from uv_run(ONCE), which libuv shows with uv_timer_ts alone): a
- * mismatch is played again, up to AL_ATTEMPTS times. A real difference
- * shows on every attempt. */
+/* Plays `script` with wheel timers and uv_timer_t twins on one loop; one
+ * check. uv_run returns the loop's aliveness as it last checked it (at its
+ * start, or at the end of an iteration): with the kinds alike at each of
+ * those points, the shared loop's uv_run returns what it returns with
+ * uv_timer_t twins alone. */
 static void alive_compare(const char *T, void (*script)(void)) {
-  static alive_env_t wheel_env, uv_env;
-  bool same = false;
-  int attempt;
-  for (attempt = 1; attempt <= AL_ATTEMPTS && !same; attempt++) {
-    if (!al_play(&wheel_env, KIND_WHEEL, T, script) || !al_play(&uv_env, KIND_UV, T, script))
-      return;
-    same = al_same(&wheel_env, &uv_env);
-    if (!same && attempt < AL_ATTEMPTS) {
-      tap_diag("  %s: attempt %d differs, played again:", T, attempt);
-      al_describe(&uv_env, "uv_timer_t");
-      al_describe(&wheel_env, "wheel     ");
-    }
-  }
-  if (!tap_ok(same,
+  static alive_env_t env;
+  if (!al_play(&env, T, script))
+    return;
+  if (!tap_ok(env.split[0] == '\0' && env.runs <= AL_RUNS,
               "%s: every uv_run returns what it returns with uv_timer_t twins, and the same "
               "timers have fired after it (libuv %s)",
               T, uv_version_string())) {
-    tap_diag("  uv_run mode->return value, and fire counts of timers 0 and 1 after it:");
-    al_describe(&uv_env, "expected (uv_timer_t)");
-    al_describe(&wheel_env, "got (wheel)     ");
+    tap_diag("  the kinds differ %s", env.split);
+    tap_diag("  after each uv_run (mode->return value, would the kind alone keep its loop "
+             "alive, fire counts of timers 0 and 1):");
+    al_describe(&env, KIND_UV, "expected (uv_timer_t)");
+    al_describe(&env, KIND_WHEEL, "got (wheel)          ");
   }
 }
 

@@ -45,9 +45,28 @@ static int64_t reported(unsigned i) {
   return i == LAST ? (int64_t)bucket_min(LAST) : (int64_t)uvtw_late_bucket_max(i);
 }
 
+/* The rank max(1, ceil(q * n)) as for the decimal q a user wrote: a q * n
+ * within 1e-9 * n of an integer is that integer (0.56 * 100 is
+ * 56.000000000000007 in double, rank 56). Found the long way: the nearest
+ * integer if close enough, else counting up to the ceiling. */
+static uint64_t rank_of(double q, uint64_t n) {
+  /* The product rounded to a double: on x87 (i386) an unstored product
+   * keeps excess precision. */
+  volatile double qn = q * (double)n;
+  uint64_t nearest = (uint64_t)(qn + 0.5);
+  double off = qn > (double)nearest ? qn - (double)nearest : (double)nearest - qn;
+  uint64_t rank = 1;
+  if (off <= 1e-9 * (double)n)
+    rank = nearest;
+  else
+    while ((double)rank < qn)
+      rank++;
+  return rank < 1 ? 1 : rank > n ? n : rank;
+}
+
 /* The nearest-rank q-quantile computed the long way: every callback's
- * reported value in order, and the one at rank max(1, ceil(q * n)), found
- * by counting up. `window` must hold few callbacks. */
+ * reported value in order, and the one at rank_of(q, n). `window` must
+ * hold few callbacks. */
 static int64_t quantile_from_array(const uint64_t *window, double q) {
   static int64_t values[1 << 14];
   uint64_t n = 0;
@@ -56,13 +75,7 @@ static int64_t quantile_from_array(const uint64_t *window, double q) {
       values[n++] = reported(i);
   if (n == 0)
     return UV_EAGAIN;
-  /* The product rounded to a double, as the library computes it: on x87
-   * (i386) an unstored product keeps excess precision. */
-  double qn = q * (double)n;
-  uint64_t rank = 1;
-  while ((double)rank < qn)
-    rank++;
-  return values[rank - 1];
+  return values[rank_of(q, n) - 1];
 }
 
 static void window_of(const uvtw_stats_t *now, const uvtw_stats_t *since, uint64_t *window) {
@@ -471,6 +484,78 @@ static void test_quantiles(void) {
          "%s: ... and q 1 answers from a bucket in use (%" PRId64 ")", T, top);
 }
 
+/* The rank of the quantile q of n callbacks is exactly `rank`: with `rank`
+ * callbacks 0 ms late and the rest 1 ms late, the quantile is 0 ms; with
+ * one fewer 0 ms late, it is 1 ms. Returns whether both held. */
+static bool rank_is(double q, uint64_t n, uint64_t rank) {
+  uvtw_stats_t s;
+  memset(&s, 0, sizeof s);
+  s.late[0] = rank;
+  s.late[1] = n - rank;
+  bool not_above = uvtw_stats_late_quantile(&s, NULL, q) == 0;
+  s.late[0] = rank - 1;
+  s.late[1] = n - rank + 1;
+  return not_above && uvtw_stats_late_quantile(&s, NULL, q) == 1;
+}
+
+/* Every q = k / den, both as the quotient and as the decimal "0.<k>"
+ * parsed by strtod, of n = den callbacks: rank k exactly. */
+static void expect_decimal_ranks(uint64_t den, int digits, const char *T) {
+  int wrong = 0;
+  for (uint64_t k = 1; k < den; k++) {
+    char text[32];
+    snprintf(text, sizeof text, "0.%0*" PRIu64, digits, k);
+    double quotient = (double)k / (double)den, decimal = strtod(text, NULL);
+    if (!rank_is(quotient, den, k) || !rank_is(decimal, den, k)) {
+      if (wrong++ < 5)
+        tap_diag("  q %s (%.17g) of %" PRIu64 ": rank is not %" PRIu64, text, decimal, den, k);
+    }
+  }
+  EXPECT_U64(wrong, 0,
+             "%s: q = 0.%0*d .. 0.%0*" PRIu64 " (k / %" PRIu64 " and the decimal via strtod) of "
+             "%" PRIu64 " callbacks: rank k exactly",
+             T, digits, 1, digits, den - 1, den, den);
+}
+
+static void test_decimal_ranks(void) {
+  const char *T = "decimal ranks";
+  expect_decimal_ranks(100, 2, T); /* 0.07, 0.14, 0.28, 0.55, 0.56: q * n just above k */
+  expect_decimal_ranks(1000, 3, T);
+  expect_decimal_ranks(10000, 4, T); /* 576 of them just above k */
+  static const struct {
+    const char *q;
+    uint64_t n, rank;
+  } cases[] = {
+      {"0.999", 1000, 999},
+      {"0.9999", 10000, 9999},
+      {"0.99", 1000, 990},
+      {"0.56", 1000, 560},
+      {"0.07", 300, 21},
+      {"0.001", 1000, 1},
+      {"0.5", 7, 4},
+      {"0.999", 100, 100},
+      {"0.1", 3, 1},
+      {"0.99", 101, 100},
+      {"0.56000001", 100, 57},
+      {"0.55999999", 100, 56},
+      {"0.333333333333", 3, 1},
+      {"1e-12", 1000, 1},
+      {"0", 5, 1},
+      {"1", 5, 5},
+  };
+  int wrong = 0;
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    double q = strtod(cases[k].q, NULL);
+    if (!rank_is(q, cases[k].n, cases[k].rank) && wrong++ < 5)
+      tap_diag("  q %s of %" PRIu64 ": rank is not %" PRIu64, cases[k].q, cases[k].n,
+               cases[k].rank);
+  }
+  EXPECT_U64(wrong, 0,
+             "%s: q 0.999 of 1000 is rank 999, 0.9999 of 10000 is 9999, 0.5 of 7 is 4, a q * n "
+             "1e-6 off an integer is not that integer, and more",
+             T);
+}
+
 static void test_windows(void) {
   const char *T = "windows";
   uvtw_stats_t since, now;
@@ -698,6 +783,7 @@ static const tap_case_t cases[] = {
     TAP_CASE(tasks_counted),
     TAP_CASE(cancelled_not_counted),
     TAP_CASE(quantiles),
+    TAP_CASE(decimal_ranks),
     TAP_CASE(windows),
     TAP_CASE(errors),
     TAP_CASE(manual_clock),

@@ -263,6 +263,110 @@ static void test_manual_repeat(void) {
   fx_close(&f);
 }
 
+/* ---- Cascades ------------------------------------------------------------------- */
+
+/* uvtw_stats_t.cascaded counts entries moved from a coarser level to a
+ * finer one, each move of each entry once. The layout (src/wheel.h,
+ * wheel.c): level 0 is the lowest 12 bits of the time (4096 one-ms slots),
+ * each level above one more 6-bit digit. An entry is filed on the level of
+ * the highest digit in which its deadline and the wheel's time differ; when
+ * the wheel's time reaches the start of its slot, it is filed again against
+ * that time, on the level of the highest digit that still differs: one
+ * move, which may skip levels. A postponed entry (restarted later while on
+ * an upper level) stays in its slot and may go back up to a coarser level
+ * there, which is no cascade. The case first moves the clock to T0, a
+ * multiple of 2^30, so that a deadline T0 + x (x < 2^30) differs from T0
+ * in x's digits alone:
+ *
+ *   timer  deadline - T0               filed on       moves, at
+ *   a      4095                        level 0        none
+ *   b      4096                        level 1        to 0 at 4096
+ *   c d e  5000, 5001, 8191            level 1        to 0 at 4096 (one slot)
+ *   i      4200 (started at 4000)      level 1        to 0 at 4096
+ *   j      9000, stopped at 100        level 1        none
+ *   k      2^18 = 262144               level 2        to 0 at 2^18
+ *   f      2^18 + 7                    level 2        to 0 at 2^18 (skips 1)
+ *   g      2^18 + 3 * 4096 + 5         level 2        to 1 at 2^18, to 0 at
+ *                                                     2^18 + 12288
+ *   p      5000, restarted at 100 to   level 1        up to 2 at 4096 (none),
+ *          300100                                     to 1 at 2^18, to 0 at
+ *                                                     299008
+ *   h      2^24 + 2 * 2^18 + 4096 + 1  level 3        to 2 at 2^24, to 1 at
+ *                                                     2^24 + 2^19, to 0 at
+ *                                                     2^24 + 2^19 + 4096
+ *
+ * 14 moves in all; counting per slot instead of per entry gives 1 at 4096,
+ * not 5. */
+enum { CASCADE_ALIGN = 30 };
+
+static void test_manual_cascades(void) {
+  const char *T = "manual clock cascades";
+  fx_t f;
+  uvtw_timer_t a, b, c, d, e, i, j, k, fl, g, p, h;
+  const uint64_t l1 = (uint64_t)1 << 12, l2 = (uint64_t)1 << 18, l3 = (uint64_t)1 << 24;
+
+  if (!fx_open(&f, T, &manual_opts))
+    return;
+  uint64_t rotation = (uint64_t)1 << CASCADE_ALIGN;
+  uint64_t now = uvtw_wheel_now(f.wheel);
+  uvtw_wheel_advance(f.wheel, (rotation - now % rotation) % rotation);
+  uint64_t t0 = uvtw_wheel_now(f.wheel);
+  if (!EXPECT_U64(t0 % rotation, 0, "%s: the clock moves to a multiple of 2^%d", T,
+                  CASCADE_ALIGN)) {
+    fx_close(&f);
+    return;
+  }
+  uvtw_timer_t *all[] = {&a, &b, &c, &d, &e, &i, &j, &k, &fl, &g, &p, &h};
+  for (size_t n = 0; n < sizeof all / sizeof all[0]; n++)
+    uvtw_timer_init(f.wheel, all[n]);
+  uvtw_timer_start(&a, fx_noop_timer_cb, l1 - 1, 0);
+  uvtw_timer_start(&b, fx_noop_timer_cb, l1, 0);
+  uvtw_timer_start(&c, fx_noop_timer_cb, 5000, 0);
+  uvtw_timer_start(&d, fx_noop_timer_cb, 5001, 0);
+  uvtw_timer_start(&e, fx_noop_timer_cb, 8191, 0);
+  uvtw_timer_start(&j, fx_noop_timer_cb, 9000, 0);
+  uvtw_timer_start(&k, fx_noop_timer_cb, l2, 0);
+  uvtw_timer_start(&fl, fx_noop_timer_cb, l2 + 7, 0);
+  uvtw_timer_start(&g, fx_noop_timer_cb, l2 + 3 * l1 + 5, 0);
+  uvtw_timer_start(&p, fx_noop_timer_cb, 5000, 0);
+  uvtw_timer_start(&h, fx_noop_timer_cb, l3 + 2 * l2 + l1 + 1, 0);
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 0, "%s: starting files entries, moves none", T);
+
+  uvtw_wheel_advance(f.wheel, 100);
+  uvtw_timer_stop(&j);
+  uvtw_timer_start(&p, fx_noop_timer_cb, 300000, 0); /* due at 300100 */
+  uvtw_wheel_advance(f.wheel, 3900);
+  uvtw_timer_start(&i, fx_noop_timer_cb, 200, 0); /* at 4000: due at 4200, on level 1 */
+  uvtw_wheel_advance(f.wheel, 95);
+  EXPECT_U64(uvtw_wheel_now(f.wheel) - t0, l1 - 1, "%s: (at T0 + 4095)", T);
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 0,
+             "%s: a level-0 entry (4095) fires unmoved; a stopped one is never moved", T);
+
+  uvtw_wheel_advance(f.wheel, 8191 - (l1 - 1));
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 5,
+             "%s: the five entries of one level-1 slot (4096 .. 8191) moved to level 0 once "
+             "each; the postponed one that went up to level 2 is no cascade",
+             T);
+  uvtw_wheel_advance(f.wheel, l2 + 7 - 8191);
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 9,
+             "%s: at 2^18 the four entries of a level-2 slot moved once each (two to level 0, "
+             "skipping level 1; two to level 1)",
+             T);
+  uvtw_wheel_advance(f.wheel, 5 + 3 * l1 - 7);
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 10,
+             "%s: 2^18 + 12293 fired after its second move, level 1 to 0", T);
+  uvtw_wheel_advance(f.wheel, 300100 - (l2 + 3 * l1 + 5));
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 11, "%s: the postponed entry fired after two moves", T);
+  uvtw_wheel_advance(f.wheel, l3 + 2 * l2 + l1 + 1 - 300100);
+  EXPECT_U64(uvtw_wheel_now(f.wheel) - t0, l3 + 2 * l2 + l1 + 1, "%s: (at T0 + 17305601)", T);
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 14,
+             "%s: a level-3 entry fired after three moves (3 to 2 to 1 to 0): 14 moves in all", T);
+  uvtw_stats_t s = fx_stats(f.wheel);
+  EXPECT_U64(s.fired, 11, "%s: every timer but the stopped one fired", T);
+  EXPECT_U64(s.active, 0, "%s: nothing is left pending", T);
+  fx_close(&f);
+}
+
 /* ---- Timeout 0 from inside a pass ---------------------------------------------- */
 
 static probe_t zp_a, zp_b;
@@ -847,6 +951,7 @@ static const tap_case_t cases[] = {
     TAP_CASE(manual_now),
     TAP_CASE(manual_order),
     TAP_CASE(manual_repeat),
+    TAP_CASE(manual_cascades),
     TAP_CASE(manual_zero_in_pass),
     TAP_CASE(manual_self_restart),
     TAP_CASE(manual_advance_next),

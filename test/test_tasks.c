@@ -13,6 +13,9 @@
  *                            in the next loop iteration, not in the same pass
  *   cancel_leaves_promptly . a cancelled task leaves the wheel long before its
  *                            deadline (stats.active, next_due, loop aliveness)
+ *   cancelled_stats ........ a cancelled task counts once in started and once
+ *                            in stopped, taken in or not; stopped + fired
+ *                            never exceed started
  *   stress ................. 4 producers x 100 000 tasks with random timeouts
  *                            while a fifth thread cancels a random half: exact
  *                            accounting, never early, per-thread FIFO among
@@ -600,6 +603,210 @@ static void test_cancel_leaves_promptly(void) {
          "prompt: stats.remote_batches > 0 after cross-thread scheduling");
   fx_close(&p->f);
   free(p);
+}
+
+/* ---- Stats of cancelled tasks ------------------------------------------------ */
+
+/* Each cancelled task counts once in stats.started and once in
+ * stats.stopped: one taken in before its cancel at the take-in and at the
+ * let-go, one cancelled before the loop took it in both at the let-go
+ * (the loop's next drain of its queue). At every point stopped + fired
+ * (all tasks here are one-shot) <= started; once the loop has let go of
+ * everything, active == started - stopped - fired. The cancels and
+ * schedules happen while no thread runs the loop (another thread's,
+ * joined, or the loop thread's outside callbacks), then the loop runs a
+ * few UV_RUN_NOWAIT iterations; every iteration checks the inequality. */
+enum { CS_TASKS = 24, CS_ITERATIONS = 3 };
+
+static struct {
+  uvtw_wheel_t *wheel;
+  task_probe_t probes[CS_TASKS];
+  uvtw_ticket_t *tickets[CS_TASKS];
+  int cancel_in_cb; /* the 0 ms task 20 cancels this one's ticket, -1: none */
+  int cancel_in_cb_rc;
+  int over; /* points at which stopped + fired > started */
+  uvtw_stats_t over_at;
+  uv_prepare_t prepare;
+  uv_check_t check;
+} cs;
+
+/* What another thread does, then is joined. */
+typedef struct cs_job_s {
+  int schedule_from, schedule_to; /* schedule tasks [from, to) ... */
+  uint64_t timeout;               /* ... with this timeout */
+  int cancel_from, cancel_to;     /* then cancel and release [from, to) */
+  int scheduled, cancelled;       /* calls that returned 0 */
+} cs_job_t;
+
+static void cs_invariant(void) {
+  uvtw_stats_t s = fx_stats(cs.wheel);
+  if (s.stopped + s.fired > s.started && cs.over++ == 0)
+    cs.over_at = s;
+}
+
+static void cs_invariant_prepare(uv_prepare_t *handle) {
+  (void)handle;
+  cs_invariant();
+}
+
+static void cs_invariant_check(uv_check_t *handle) {
+  (void)handle;
+  cs_invariant();
+}
+
+/* The 0 ms tasks' callback: task 20 cancels a taken-in task from inside
+ * a wheel callback. */
+static void cs_fire_cb(void *arg, int status);
+
+/* Tasks of 0 ms get cs_fire_cb. */
+static int cs_schedule(int i, uint64_t timeout) {
+  return uvtw_schedule(cs.wheel, timeout, timeout == 0 ? cs_fire_cb : task_probe_cb, &cs.probes[i],
+                       &cs.tickets[i]);
+}
+
+static int cs_cancel(int i) {
+  int rc = uvtw_ticket_cancel(cs.tickets[i]);
+  uvtw_ticket_release(cs.tickets[i]);
+  cs.tickets[i] = NULL;
+  return rc;
+}
+
+static void cs_job_thread(void *arg) {
+  cs_job_t *job = arg;
+  for (int i = job->schedule_from; i < job->schedule_to; i++)
+    job->scheduled += cs_schedule(i, job->timeout) == 0;
+  for (int i = job->cancel_from; i < job->cancel_to; i++)
+    job->cancelled += cs_cancel(i) == 0;
+}
+
+/* Runs a job on another thread and joins it; checks every call returned 0. */
+static void cs_on_thread(int schedule_from, int schedule_to, uint64_t timeout, int cancel_from,
+                         int cancel_to, const char *what) {
+  cs_job_t job = {schedule_from, schedule_to, timeout, cancel_from, cancel_to, 0, 0};
+  uv_thread_t thread;
+  if (uv_thread_create(&thread, cs_job_thread, &job) != 0) {
+    printf("Bail out! uv_thread_create\n");
+    exit(1);
+  }
+  uv_thread_join(&thread);
+  tap_ok(job.scheduled == schedule_to - schedule_from && job.cancelled == cancel_to - cancel_from,
+         "cancelled stats: %s: another thread's %d schedules and %d cancels returned 0", what,
+         schedule_to - schedule_from, cancel_to - cancel_from);
+  cs_invariant();
+}
+
+static void cs_fire_cb(void *arg, int status) {
+  task_probe_cb(arg, status);
+  cs_invariant();
+  if (arg == &cs.probes[20] && cs.cancel_in_cb >= 0) {
+    cs.cancel_in_cb_rc = cs_cancel(cs.cancel_in_cb);
+    cs.cancel_in_cb = -1;
+  }
+}
+
+static void cs_iterations(fx_t *f) {
+  for (int k = 0; k < CS_ITERATIONS; k++)
+    fx_iteration(f);
+}
+
+static void cs_expect(uint64_t started, uint64_t stopped, uint64_t fired, const char *when) {
+  char what[200];
+  snprintf(what, sizeof what, "(cancelled stats) %s", when);
+  fx_expect_counts(cs.wheel, started - stopped - fired, started, stopped, fired, what);
+}
+
+static void test_cancelled_stats(void) {
+  const char *T = "cancelled stats";
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(&cs, 0, sizeof cs);
+  cs.wheel = f.wheel;
+  cs.cancel_in_cb = -1;
+  uv_prepare_init(&f.loop, &cs.prepare);
+  uv_prepare_start(&cs.prepare, cs_invariant_prepare);
+  uv_unref((uv_handle_t *)&cs.prepare);
+  uv_check_init(&f.loop, &cs.check);
+  uv_check_start(&cs.check, cs_invariant_check);
+  uv_unref((uv_handle_t *)&cs.check);
+
+  /* Before the loop first runs: tasks 0-4 from the loop's thread, 5-9 from
+   * another; all ten cancelled (0-4 on the loop's thread) before the loop
+   * takes them in. */
+  int scheduled = 0, cancelled = 0;
+  for (int i = 0; i < 5; i++)
+    scheduled += cs_schedule(i, 10000) == 0;
+  cs_on_thread(5, 10, 10000, 5, 10, "before the loop runs");
+  for (int i = 0; i < 5; i++)
+    cancelled += cs_cancel(i) == 0;
+  EXPECT_U64(scheduled + cancelled, 10,
+             "%s: five schedules and their cancels on the loop's thread returned 0", T);
+  cs_invariant();
+  cs_iterations(&f);
+  cs_expect(10, 10, 0,
+            "after the loop let go of 10 tasks cancelled before it took them in "
+            "(started 10, stopped 10)");
+  cs_iterations(&f);
+  cs_expect(10, 10, 0, "... and counted once: more iterations change nothing");
+
+  /* Taken in, then cancelled: 10-15 taken in; 10, 11 cancelled from
+   * another thread, 12 from the loop's thread outside callbacks. */
+  cs_on_thread(10, 16, 10000, 0, 0, "tasks to take in");
+  cs_iterations(&f);
+  cs_expect(16, 10, 0, "6 tasks taken in count in started at the take-in");
+  cs_on_thread(0, 0, 0, 10, 12, "cancels of taken-in tasks");
+  EXPECT_ERR(cs_cancel(12), 0, "%s: a taken-in task's cancel on the loop's thread wins", T);
+  cs_invariant();
+  cs_iterations(&f);
+  cs_expect(16, 13, 0, "3 taken-in tasks cancelled: stopped once each, started not again");
+
+  /* A mix: 16-19 of 10 s and 20, 21 of 0 ms from another thread, which
+   * cancels 16 and 17 before the loop takes them in; 20's callback
+   * cancels 18, taken in. */
+  cs.cancel_in_cb = 18;
+  cs_on_thread(16, 20, 10000, 16, 18, "four 10 s tasks, two cancelled at once");
+  cs_on_thread(20, 22, 0, 0, 0, "two 0 ms tasks");
+  for (int k = 0; k < 5000 && (cs.probes[20].calls == 0 || cs.probes[21].calls == 0); k++) {
+    fx_iteration(&f);
+    if (cs.probes[20].calls == 0 || cs.probes[21].calls == 0)
+      fx_sleep_ms(1);
+  }
+  tap_ok(cs.probes[20].calls == 1 && cs.probes[20].status == 0 && cs.probes[21].calls == 1 &&
+             cs.probes[21].status == 0,
+         "%s: the two 0 ms tasks ran once with status 0", T);
+  EXPECT_ERR(cs.cancel_in_cb_rc, 0, "%s: a cancel from inside a task callback wins", T);
+  cs_iterations(&f);
+  cs_expect(22, 16, 2,
+            "2 cancelled before the take-in, 1 in a callback after it, 2 fired (started 22, "
+            "stopped 16, fired 2)");
+
+  /* The loop's thread, outside callbacks: 22, 23 scheduled, 22 cancelled
+   * at once. */
+  EXPECT_ERR(cs_schedule(22, 10000), 0, "%s: a schedule on the loop's thread", T);
+  EXPECT_ERR(cs_schedule(23, 10000), 0, "%s: ... and another", T);
+  EXPECT_ERR(cs_cancel(22), 0, "%s: the first one's cancel, at once, wins", T);
+  cs_invariant();
+  cs_iterations(&f);
+  cs_expect(24, 17, 2, "a task scheduled and cancelled at once on the loop's thread");
+
+  /* The rest, 13-15, 19 and 23, cancelled from another thread. */
+  cs_on_thread(0, 0, 0, 13, 16, "cancels of three more taken-in tasks");
+  cs_on_thread(0, 0, 0, 19, 20, "the cancel of the last 10 s task taken in");
+  EXPECT_ERR(cs_cancel(23), 0, "%s: the last cancel wins", T);
+  cs_invariant();
+  cs_iterations(&f);
+  cs_expect(24, 22, 2, "all let go: started == stopped + fired");
+
+  int ran = 0;
+  for (int i = 0; i < CS_TASKS; i++)
+    ran += i != 20 && i != 21 && cs.probes[i].calls != 0;
+  EXPECT_U64(ran, 0, "%s: no cancelled task ran", T);
+  if (!EXPECT_U64(cs.over, 0, "%s: at every point, stopped + fired <= started", T))
+    tap_diag("  first seen: started %" PRIu64 ", stopped %" PRIu64 ", fired %" PRIu64,
+             cs.over_at.started, cs.over_at.stopped, cs.over_at.fired);
+  fx_close_handle(&cs.prepare);
+  fx_close_handle(&cs.check);
+  fx_close(&f);
 }
 
 /* ---- The threaded harness: stress and close race -------------------------- */
@@ -1310,6 +1517,7 @@ static const tap_case_t cases[] = {
     TAP_CASE(loop_thread_keeps_alive),
     TAP_CASE(next_iteration),
     TAP_CASE(cancel_leaves_promptly),
+    TAP_CASE(cancelled_stats),
     TAP_CASE(stress),
     TAP_CASE(close_race),
 };

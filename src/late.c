@@ -29,10 +29,6 @@ static uint64_t nearest_rank(double q, uint64_t n) {
   return rank;
 }
 
-static inline uint64_t add_saturating(uint64_t a, uint64_t b) {
-  return a + b < a ? UINT64_MAX : a + b;
-}
-
 int64_t uvtw_stats_late_quantile(const uvtw_stats_t *now, const uvtw_stats_t *since, double q) {
   if (now == NULL || !(q >= 0 && q <= 1)) /* the comparisons are false for NaN */
     return UV_EINVAL;
@@ -43,14 +39,14 @@ int64_t uvtw_stats_late_quantile(const uvtw_stats_t *now, const uvtw_stats_t *si
     if (before > now->late[i])
       return UV_EINVAL;
     window[i] = now->late[i] - before;
-    n = add_saturating(n, window[i]);
+    n = uvtw__add_saturating(n, window[i]);
   }
   if (n == 0)
     return UV_EAGAIN;
   uint64_t rank = nearest_rank(q, n);
   uint64_t seen = 0;
   unsigned i = 0;
-  while ((seen = add_saturating(seen, window[i])) < rank)
+  while ((seen = uvtw__add_saturating(seen, window[i])) < rank)
     i++;
   return i == UVTW_LATE_BUCKETS - 1 ? (int64_t)LATE_OPEN_MIN : (int64_t)uvtw_late_bucket_max(i);
 }

@@ -61,8 +61,7 @@ void backend_set_note(size_t i, uint32_t note) {
   timers[i].data = (void *)(uintptr_t)note;
 }
 
-void backend_timers_close(void) {
-}
+void backend_timers_close(void) {}
 
 void backend_timers_free(void) {
   free(timers);

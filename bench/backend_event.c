@@ -83,8 +83,7 @@ void backend_set_note(size_t i, uint32_t note) {
   assign(i, note);
 }
 
-void backend_timers_close(void) {
-}
+void backend_timers_close(void) {}
 
 void backend_timers_free(void) {
   free(timers);

@@ -48,8 +48,7 @@ void backend_timer_init(size_t i) {
 }
 
 /* An inactive uvtw timer holds nothing: there is nothing to release. */
-void backend_timers_close(void) {
-}
+void backend_timers_close(void) {}
 
 void backend_timers_free(void) {
   free(timers);

@@ -246,7 +246,7 @@ typedef struct producer_s {
   uint64_t seed;
   call_t *calls;
   uint64_t done_ns;
-  uint64_t cpu_ns; /* the thread's CPU time */
+  uint64_t cpu_ns;             /* the thread's CPU time */
   _Atomic int64_t cancels_won; /* -1 until the producer has finished */
   int error;
   char pad[64];
@@ -261,7 +261,7 @@ struct run_s {
   uv_async_t keepalive; /* referenced; keeps the loop running while producers work */
   atomic_int go;
   uint64_t total;
-  uint64_t done;        /* loop thread */
+  uint64_t done; /* loop thread */
   uint64_t start_ns;
   uint64_t loop_cpu_ns; /* the loop thread's CPU time in uv_run */
   uint64_t last_cb_ns;
@@ -373,7 +373,8 @@ static void run_setup(run_t *run, enum impl impl) {
   int rc = uv_loop_init(&run->loop);
   if (rc)
     die("uv_loop_init", rc);
-  rc = impl_is_alt(impl) ? alt_init(&run->alt, &run->loop) : uvtw_wheel_new(&run->loop, NULL, &run->wheel);
+  rc = impl_is_alt(impl) ? alt_init(&run->alt, &run->loop)
+                         : uvtw_wheel_new(&run->loop, NULL, &run->wheel);
   if (rc)
     die("creating the scheduler", rc);
   rc = uv_async_init(&run->loop, &run->keepalive, keepalive_cb);
@@ -413,7 +414,8 @@ static void run_producers(run_t *run, int producers, uint64_t total) {
   for (int i = 0; i < producers; i++) {
     producer_t *p = &run->producers[i];
     p->run = run;
-    p->tasks = (uint32_t)(total / (uint64_t)producers + ((uint64_t)i < total % (uint64_t)producers));
+    p->tasks =
+        (uint32_t)(total / (uint64_t)producers + ((uint64_t)i < total % (uint64_t)producers));
     p->seed = UINT64_C(12345) + (uint64_t)i;
     p->calls = run->calls + first;
     atomic_init(&p->cancels_won, -1);
@@ -457,7 +459,8 @@ static throughput_t measure_throughput(enum impl impl, int producers, uint64_t t
   uint64_t done_ns = run->last_cb_ns - run->start_ns;
   throughput_t t = {
       .calls_per_s = (double)total / ((double)(last_call_ns - run->start_ns) / 1e9),
-      .done_per_s = (double)run->done / ((double)(done_ns > 2 * tail_ns ? done_ns - tail_ns : done_ns / 2) / 1e9),
+      .done_per_s = (double)run->done /
+                    ((double)(done_ns > 2 * tail_ns ? done_ns - tail_ns : done_ns / 2) / 1e9),
       .mean_late_ms = run->sum_late_ns / (double)(run->done ? run->done : 1) / 1e6,
       .max_late_ms = (double)run->max_late_ns / 1e6,
       .producer_cpu_ns = (double)producer_cpu_ns / (double)total,
@@ -589,7 +592,8 @@ static void measure_memory(uint64_t total) {
   double after = rss_mib();
   run_teardown(run);
   current_run = NULL;
-  printf("\nmemory: a burst of %" PRIu64 " fire-and-forget tasks from one thread, timeouts 0..%d ms\n\n",
+  printf("\nmemory: a burst of %" PRIu64
+         " fire-and-forget tasks from one thread, timeouts 0..%d ms\n\n",
          total, MAX_TIMEOUT_MS);
   printf("  RSS before %.1f MiB, after they all ran %.1f MiB (%.2fx), after closing %.1f MiB\n",
          before, after, after / before, rss_mib());
@@ -749,12 +753,13 @@ int main(int argc, char **argv) {
   printf("\nthroughput: %" PRIu64 " tasks per run shared by the producers, timeouts 0..%d ms, "
          "median of %d interleaved runs (min-max)\n",
          total, MAX_TIMEOUT_MS, runs);
-  printf("  calls/s: tasks / time to the producers' last return\n"
-         "  done/s: callbacks / (time to the last callback - %d ms); late: callback time - due time\n"
-         "  CPU ns: the producer threads' and the loop thread's CPU time per task, steadier than the\n"
-         "          rates when other work shares the machine\n"
-         "  +cancel: every second task cancelled by its producer right after the call\n\n",
-         MAX_TIMEOUT_MS);
+  printf(
+      "  calls/s: tasks / time to the producers' last return\n"
+      "  done/s: callbacks / (time to the last callback - %d ms); late: callback time - due time\n"
+      "  CPU ns: the producer threads' and the loop thread's CPU time per task, steadier than the\n"
+      "          rates when other work shares the machine\n"
+      "  +cancel: every second task cancelled by its producer right after the call\n\n",
+      MAX_TIMEOUT_MS);
   for (int r = 0; r < runs; r++)
     for (int c = 0; c < NCOUNTS; c++)
       for (int i = 0; i < IMPL_COUNT; i++) {

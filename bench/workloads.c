@@ -124,12 +124,12 @@ static void in_loop(uint64_t delay_ms, void (*fn)(void *), void *arg) {
     backend_run_once();
 }
 
-static size_t fired;        /* timer callbacks seen by the current hook */
-static size_t fire_target;  /* when `fired` reaches it, fire_done_cpu is taken */
+static size_t fired;       /* timer callbacks seen by the current hook */
+static size_t fire_target; /* when `fired` reaches it, fire_done_cpu is taken */
 static uint64_t fire_done_cpu;
-static uint64_t fire_begin_cpu;  /* CPU time when the measured fire phase began */
+static uint64_t fire_begin_cpu;   /* CPU time when the measured fire phase began */
 static size_t fired_before_begin; /* callbacks that ran before it (slow starts) */
-static uint64_t fire_iterations;   /* iterations that ran at least one timer */
+static uint64_t fire_iterations;  /* iterations that ran at least one timer */
 static uint64_t last_fire_iteration;
 static size_t unexpected_fires;
 
@@ -155,7 +155,6 @@ static void fire_unexpected(size_t i, uint32_t note) {
   (void)note;
   unexpected_fires++;
 }
-
 
 /* Shared state of one workload run. */
 static size_t n_timers;
@@ -279,8 +278,8 @@ static void run_cancel(size_t n, unsigned repeats, uint64_t seed) {
       else
         fire_done_cpu = cpu_ns();
       if (fire_target > fired_before_begin)
-        fire_ns = (double)(fire_done_cpu - fire_begin_cpu) /
-                  (double)(fire_target - fired_before_begin);
+        fire_ns =
+            (double)(fire_done_cpu - fire_begin_cpu) / (double)(fire_target - fired_before_begin);
       fire_iters = iterations;
       fire_wakeups = fire_iterations;
       if (have_ws)
@@ -292,8 +291,10 @@ static void run_cancel(size_t n, unsigned repeats, uint64_t seed) {
     }
   }
   if (early)
-    fprintf(stderr, "bench %s: cancel: %zu timers fired before the stops ran (the starts "
-            "outlasted 1 s)\n", backend_name, early);
+    fprintf(stderr,
+            "bench %s: cancel: %zu timers fired before the stops ran (the starts "
+            "outlasted 1 s)\n",
+            backend_name, early);
   record("cancel", n, "ns_start", median(start_ns, repeats));
   record("cancel", n, "ns_stop", median(stop_ns, repeats));
   record("cancel", n, "ns_fire", fire_ns);
@@ -368,9 +369,9 @@ static void run_bump(size_t n, unsigned repeats, uint64_t seed) {
 
 /* ---- expire ------------------------------------------------------------- */
 
-static double expire_base_ms;     /* loop clock when the timers were started */
-static double expire_first_ms;    /* loop clock at the first callback, or < 0 */
-static float *lateness;           /* per callback, ms */
+static double expire_base_ms;  /* loop clock when the timers were started */
+static double expire_first_ms; /* loop clock at the first callback, or < 0 */
+static float *lateness;        /* per callback, ms */
 static size_t early_fires, order_violations, fifo_violations;
 static uint32_t last_timeout;
 static size_t last_index;
@@ -661,8 +662,10 @@ static int run_million_timers(size_t n) {
 
   fprintf(stderr, "%s: %.2f seconds total\n", backend_name, (double)(after_all - before_all) / 1e9);
   fprintf(stderr, "%s: %.2f seconds init\n", backend_name, (double)(before_run - before_all) / 1e9);
-  fprintf(stderr, "%s: %.2f seconds dispatch\n", backend_name, (double)(after_run - before_run) / 1e9);
-  fprintf(stderr, "%s: %.2f seconds cleanup\n", backend_name, (double)(after_all - after_run) / 1e9);
+  fprintf(stderr, "%s: %.2f seconds dispatch\n", backend_name,
+          (double)(after_run - before_run) / 1e9);
+  fprintf(stderr, "%s: %.2f seconds cleanup\n", backend_name,
+          (double)(after_all - after_run) / 1e9);
   record("million_timers", n, "init_s", (double)(before_run - before_all) / 1e9);
   record("million_timers", n, "dispatch_s", (double)(after_run - before_run) / 1e9);
   record("million_timers", n, "cleanup_s", (double)(after_all - after_run) / 1e9);

@@ -81,8 +81,8 @@ static void print_kind_row(const lg_t *lg, int kind, const char *expect) {
     snprintf(timing, sizeof timing, "%7.1f .. %7.1f", (double)ks->lower_min_ns / 1e6,
              (double)ks->upper_max_ns / 1e6);
   printf("  %-16s %7" PRIu64 " %8" PRIu64 " %9" PRIu64 " %9" PRIu64 "  %-18s %s\n",
-         lg_kind_names[kind], ks->clients, ks->connections, ks->responses,
-         ks->closed_by_server, timing, expect);
+         lg_kind_names[kind], ks->clients, ks->connections, ks->responses, ks->closed_by_server,
+         timing, expect);
 }
 
 static long long stat_of(const char *line, const char *key) {
@@ -105,9 +105,17 @@ static const char *stat_word(const char *line, const char *key, char *out, size_
 }
 
 static int run_one(const char *exe) {
-  const char *const args[] = {"--port", "0", "--headers-timeout", "2000", "--request-timeout",
-                              "4000", "--keep-alive-timeout", "1000",
-                              "--keep-alive-timeout-buffer", "0", NULL};
+  const char *const args[] = {"--port",
+                              "0",
+                              "--headers-timeout",
+                              "2000",
+                              "--request-timeout",
+                              "4000",
+                              "--keep-alive-timeout",
+                              "1000",
+                              "--keep-alive-timeout-buffer",
+                              "0",
+                              NULL};
   static uint8_t kinds[CLIENTS];
   demo_t d;
   lg_config_t config;
@@ -167,15 +175,16 @@ static int run_one(const char *exe) {
   lg_run(&fetch, 5000);
   lg_free(&fetch);
 
-  printf("  %-16s %7s %8s %9s %9s  %-18s %s\n", "clients", "count", "conns", "answers",
-         "cut off", "cut after (ms)", "expected");
+  printf("  %-16s %7s %8s %9s %9s  %-18s %s\n", "clients", "count", "conns", "answers", "cut off",
+         "cut after (ms)", "expected");
   print_kind_row(&lg, LG_GOOD, "never cut off");
   print_kind_row(&lg, LG_IDLE, "keepAliveTimeout 1000 after the response");
   print_kind_row(&lg, LG_SILENT, "headersTimeout 2000 after connect");
   print_kind_row(&lg, LG_SLOWLORIS, "headersTimeout 2000 after connect");
   print_kind_row(&lg, LG_SLOW_BODY, "requestTimeout 4000 after connect");
   print_kind_row(&lg, LG_DELAY_ABORT, "they hang up: /delay ticket cancelled");
-  printf("  (cut after: earliest from before the timeout could start .. latest from after it did)\n\n");
+  printf("  (cut after: earliest from before the timeout could start .. latest from after it "
+         "did)\n\n");
 
   stop_started = uv_hrtime();
   r = lg_server_stop(loop, &d.server, 10000);
@@ -207,8 +216,7 @@ static int run_one(const char *exe) {
   printf("  memory per connection         %lld B struct (3 timers x %lld B)", conn_bytes,
          stat_of(final, "timer_bytes"));
   if (open_peak > 0 && d.rss_peak_kib > d.rss_base_kib)
-    printf("; RSS %ld -> %ld KiB = %.0f B per open connection",
-           d.rss_base_kib, d.rss_peak_kib,
+    printf("; RSS %ld -> %ld KiB = %.0f B per open connection", d.rss_base_kib, d.rss_peak_kib,
            (double)(d.rss_peak_kib - d.rss_base_kib) * 1024.0 / (double)open_peak);
   printf("\n");
   printf("  wheel: started %lld, stopped %lld, fired %lld, cascaded %lld, wakeups %lld "
@@ -218,8 +226,7 @@ static int run_one(const char *exe) {
          stat_of(final, "wheel_wakeups"), stat_of(final, "wheel_wasted_wakeups"),
          stat_of(final, "wheel_remote_batches"), stat_of(final, "wheel_late_max_ms"));
   printf("  SIGTERM -> exit status %" PRId64 "%s in %.0f ms\n\n", d.server.exit_status,
-         d.server.term_signal ? " (killed)" : "",
-         (double)(uv_hrtime() - stop_started) / 1e6);
+         d.server.term_signal ? " (killed)" : "", (double)(uv_hrtime() - stop_started) / 1e6);
   printf("raw: %s\n\n", final);
   fflush(stdout);
   lg_free(&lg);

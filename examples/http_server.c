@@ -29,11 +29,11 @@
 #endif
 #include <assert.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <llhttp.h>
@@ -45,8 +45,8 @@
 
 /* ---- Limits --------------------------------------------------------------- */
 
-#define LINGER_MS 2000      /* lingering close: the longest wait for the client's EOF */
-#define ACCEPT_RETRY_MS 50  /* after a failed allocation at accept */
+#define LINGER_MS 2000     /* lingering close: the longest wait for the client's EOF */
+#define ACCEPT_RETRY_MS 50 /* after a failed allocation at accept */
 #define URL_MAX 64
 #define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
 #define BYTES_MAX (1024 * 1024) /* the largest /bytes?n=N answer */
@@ -54,10 +54,11 @@
 #define SAMPLE_MS 10            /* the sampling timer's period, as monitorEventLoopDelay's */
 
 static const char *const close_reason_names[CLOSE_REASONS] = {
-    "closed_headers_timeout", "closed_request_timeout", "closed_keepalive_timeout",
-    "closed_send_timeout",    "closed_by_peer",         "closed_not_keepalive",
-    "closed_bad_request",     "closed_no_memory",       "closed_shutdown",
-    "closed_shed"};
+    "closed_headers_timeout",   "closed_request_timeout",
+    "closed_keepalive_timeout", "closed_send_timeout",
+    "closed_by_peer",           "closed_not_keepalive",
+    "closed_bad_request",       "closed_no_memory",
+    "closed_shutdown",          "closed_shed"};
 
 /* ---- The server ------------------------------------------------------------- */
 
@@ -67,18 +68,18 @@ struct http_server_s {
   http_server_config_t config;
   http_server_counters_t counters;
   uv_loop_t *loop;
-  uvtw_wheel_t *wheel;          /* NULL once closed */
-  uvtw_stats_t wheel_final;     /* the wheel's statistics just before it closed */
+  uvtw_wheel_t *wheel;      /* NULL once closed */
+  uvtw_stats_t wheel_final; /* the wheel's statistics just before it closed */
   uv_tcp_t listener;
   uvtw_timer_t accept_retry_timer, grace_timer;
-  uvtw_timer_t second_timer;    /* copies the wheel's statistics once a second */
-  uvtw_timer_t sample_timer;    /* with max_loop_delay: a callback every SAMPLE_MS */
+  uvtw_timer_t second_timer;             /* copies the wheel's statistics once a second */
+  uvtw_timer_t sample_timer;             /* with max_loop_delay: a callback every SAMPLE_MS */
   uvtw_stats_t second_start, second_end; /* the last completed second: see http_server.h */
-  int accept_waiting;           /* a connection waits in the listener for memory */
-  conn_t *connections;          /* list head */
+  int accept_waiting;                    /* a connection waits in the listener for memory */
+  conn_t *connections;                   /* list head */
   int shutting_down, wheel_closing;
   int listening_port;
-  char read_buffer[64 * 1024];  /* one loop thread: reads are parsed at once */
+  char read_buffer[64 * 1024]; /* one loop thread: reads are parsed at once */
 };
 
 /* ---- The clock ------------------------------------------------------------ */
@@ -145,8 +146,15 @@ typedef struct timeout_s {
 
 /* ---- Connections ------------------------------------------------------------ */
 
-enum conn_state { ST_READING, ST_IDLE, ST_HANDLING, ST_WRITING, ST_DRAINING, ST_LINGERING,
-                  ST_CLOSING };
+enum conn_state {
+  ST_READING,
+  ST_IDLE,
+  ST_HANDLING,
+  ST_WRITING,
+  ST_DRAINING,
+  ST_LINGERING,
+  ST_CLOSING
+};
 
 typedef struct delay_job_s delay_job_t;
 
@@ -160,25 +168,25 @@ struct conn_s {
   delay_job_t *job;           /* the /delay answer in progress, if any */
   char *pending;              /* bytes received while answering: [pending_off, pending_len) */
   uint32_t pending_len, pending_off;
-  uint32_t pending_cap;       /* bytes allocated for pending */
-  uint32_t head_bytes;        /* URL, header names and values of the current head */
+  uint32_t pending_cap; /* bytes allocated for pending */
+  uint32_t head_bytes;  /* URL, header names and values of the current head */
   uint32_t header_count;
   uint32_t body_bytes;
   uint8_t state;
-  uint8_t keep_alive;         /* the request being answered allows another */
+  uint8_t keep_alive; /* the request being answered allows another */
   uint8_t reading;
-  uint8_t peer_ended;         /* EOF from the client: answer what it sent, then close */
-  uint8_t request_started;    /* a byte of the current request has arrived */
-  uint8_t shed;               /* its first byte came while the server was shedding */
-  uint8_t method;             /* llhttp_method_t of the current request */
+  uint8_t peer_ended;      /* EOF from the client: answer what it sent, then close */
+  uint8_t request_started; /* a byte of the current request has arrived */
+  uint8_t shed;            /* its first byte came while the server was shedding */
+  uint8_t method;          /* llhttp_method_t of the current request */
   uint8_t url_len;
-  uint8_t url_flags;          /* URL_TRUNCATED, URL_SKIP_AUTHORITY */
-  uint8_t expect_field;       /* matched length of "expect" in the header name; 0xff: no */
-  uint8_t expect_value;       /* matched length of "100-continue" in its value; 0xff: no */
-  uint8_t expect;             /* EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER */
+  uint8_t url_flags;    /* URL_TRUNCATED, URL_SKIP_AUTHORITY */
+  uint8_t expect_field; /* matched length of "expect" in the header name; 0xff: no */
+  uint8_t expect_value; /* matched length of "100-continue" in its value; 0xff: no */
+  uint8_t expect;       /* EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER */
   uint8_t close_reason;
-  uint16_t error_status;      /* an error response decided inside a parser callback */
-  uint8_t handles_open;       /* close callbacks still to come; freed at 0 */
+  uint16_t error_status; /* an error response decided inside a parser callback */
+  uint8_t handles_open;  /* close callbacks still to come; freed at 0 */
   char url[URL_MAX];
 };
 
@@ -188,17 +196,17 @@ enum { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
 /* A /delay answer: rendered on a worker thread, sent when its task is due. */
 struct delay_job_s {
   uv_work_t work;
-  http_server_t *server;   /* loop thread only */
-  uvtw_wheel_t *wheel;     /* the server's: the worker schedules the answer on it */
-  conn_t *conn;            /* loop thread only; NULL once the connection closed */
-  uint64_t delay_ms;       /* set before queueing; read by the worker */
-  uint64_t requested_ns;   /* uv_hrtime() when the request was complete */
-  uvtw_ticket_t *ticket;   /* written by the worker, read by the loop only after after_work */
-  int schedule_status;     /* likewise */
-  int work_done;           /* loop thread: after_work ran */
-  int task_done;           /* loop thread: the task callback ran */
+  http_server_t *server; /* loop thread only */
+  uvtw_wheel_t *wheel;   /* the server's: the worker schedules the answer on it */
+  conn_t *conn;          /* loop thread only; NULL once the connection closed */
+  uint64_t delay_ms;     /* set before queueing; read by the worker */
+  uint64_t requested_ns; /* uv_hrtime() when the request was complete */
+  uvtw_ticket_t *ticket; /* written by the worker, read by the loop only after after_work */
+  int schedule_status;   /* likewise */
+  int work_done;         /* loop thread: after_work ran */
+  int task_done;         /* loop thread: the task callback ran */
   size_t body_len;
-  char body[64];           /* written by the worker before uvtw_schedule */
+  char body[64]; /* written by the worker before uvtw_schedule */
 };
 
 static llhttp_settings_t parser_settings; /* the same for every server: set once */
@@ -343,8 +351,8 @@ static const char *late_quantile(const uvtw_stats_t *now, const uvtw_stats_t *si
 }
 
 /* One line of key=value pairs (no newline). */
-size_t http_server_format_stats(const http_server_t *s, const http_server_stats_t *stats,
-                                char *out, size_t size) {
+size_t http_server_format_stats(const http_server_t *s, const http_server_stats_t *stats, char *out,
+                                size_t size) {
   http_server_stats_t own;
   const http_server_counters_t *c;
   const uvtw_stats_t *ws;
@@ -357,14 +365,14 @@ size_t http_server_format_stats(const http_server_t *s, const http_server_stats_
   }
   c = &stats->counters;
   ws = &stats->wheel;
-#define PUT(...)                                                                         \
-  do {                                                                                   \
-    int w_ = snprintf(out + n, n < size ? size - n : 0, __VA_ARGS__);                    \
-    if (w_ > 0)                                                                          \
-      n += (size_t)w_;                                                                   \
+#define PUT(...)                                                                                   \
+  do {                                                                                             \
+    int w_ = snprintf(out + n, n < size ? size - n : 0, __VA_ARGS__);                              \
+    if (w_ > 0)                                                                                    \
+      n += (size_t)w_;                                                                             \
   } while (0)
-  PUT("timers=%s parser=llhttp-%d.%d.%d", TIMER_IMPL, LLHTTP_VERSION_MAJOR,
-      LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH);
+  PUT("timers=%s parser=llhttp-%d.%d.%d", TIMER_IMPL, LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR,
+      LLHTTP_VERSION_PATCH);
   PUT(" headers_timeout_ms=%" PRIu64 " request_timeout_ms=%" PRIu64
       " keep_alive_timeout_ms=%" PRIu64 " keep_alive_timeout_buffer_ms=%" PRIu64
       " send_timeout_ms=%" PRIu64 " max_loop_delay_ms=%" PRIu64 " retry_after_s=%" PRIu64,
@@ -373,8 +381,8 @@ size_t http_server_format_stats(const http_server_t *s, const http_server_stats_
       s->config.retry_after);
   PUT(" accepted=%" PRIu64 " open=%" PRIu64 " open_peak=%" PRIu64 " accept_errors=%" PRIu64
       " accept_nomem=%" PRIu64 " requests=%" PRIu64 " shed=%" PRIu64 " shedding=%" PRIu64,
-      c->accepted, c->open, c->open_peak, c->accept_errors, c->accept_nomem, c->requests,
-      c->shed, c->shedding);
+      c->accepted, c->open, c->open_peak, c->accept_errors, c->accept_nomem, c->requests, c->shed,
+      c->shedding);
   for (i = 0; i < CLOSE_REASONS; i++)
     PUT(" %s=%" PRIu64, close_reason_names[i], c->closed[i]);
   PUT(" received_bytes=%" PRIu64 " headers_timeouts=%" PRIu64 " request_timeouts=%" PRIu64,
@@ -387,8 +395,7 @@ size_t http_server_format_stats(const http_server_t *s, const http_server_stats_
       c->timers_armed, c->timers_armed_peak, c->early_fires, c->late_max_ms);
   PUT(" delay_scheduled=%" PRIu64 " delay_fired=%" PRIu64 " delay_cancelled=%" PRIu64
       " delay_failed=%" PRIu64 " delay_in_flight=%" PRIu64,
-      c->delay_scheduled, c->delay_fired, c->delay_cancelled, c->delay_failed,
-      c->delay_in_flight);
+      c->delay_scheduled, c->delay_fired, c->delay_cancelled, c->delay_failed, c->delay_in_flight);
   PUT(" conn_bytes=%zu timer_bytes=%zu rss_kib=%ld", sizeof(conn_t), sizeof(conn_timer_t),
       rss_kib());
   PUT(" wheel_active=%" PRIu64 " wheel_started=%" PRIu64 " wheel_stopped=%" PRIu64
@@ -574,12 +581,25 @@ static void conn_fail(conn_t *c, int status) {
   char body[64];
   int n;
   switch (status) {
-  case 405: reason = "Method Not Allowed"; break;
-  case 408: reason = "Request Timeout"; break;
-  case 413: reason = "Payload Too Large"; break;
-  case 417: reason = "Expectation Failed"; break;
-  case 431: reason = "Request Header Fields Too Large"; break;
-  default: status = 400; reason = "Bad Request"; break;
+  case 405:
+    reason = "Method Not Allowed";
+    break;
+  case 408:
+    reason = "Request Timeout";
+    break;
+  case 413:
+    reason = "Payload Too Large";
+    break;
+  case 417:
+    reason = "Expectation Failed";
+    break;
+  case 431:
+    reason = "Request Header Fields Too Large";
+    break;
+  default:
+    status = 400;
+    reason = "Bad Request";
+    break;
   }
   timeout_stop(c, &c->headers_timeout);
   timeout_stop(c, &c->request_timeout);
@@ -857,7 +877,7 @@ static int on_message_begin(llhttp_t *p) {
   c->error_status = 0;
   c->request_started = 1;
   c->shed = (uint8_t)(s->counters.shedding != 0); /* a request begun before is in flight */
-  if (c->state == ST_IDLE) { /* first byte of the next request */
+  if (c->state == ST_IDLE) {                      /* first byte of the next request */
     timeout_stop(c, &c->io_timeout);
     timeout_start(c, &c->headers_timeout, on_headers_timeout, s->config.headers_timeout);
     timeout_start(c, &c->request_timeout, on_request_timeout, s->config.request_timeout);
@@ -1210,10 +1230,10 @@ static void conn_close(conn_t *c, enum http_close_reason reason) {
   if (c->next != NULL)
     c->next->prev = c->prev;
   c->handles_open = 1;
-  c->handles_open = (uint8_t)(c->handles_open +
-                              ctimer_close(&c->headers_timeout.timer, on_handle_closed) +
-                              ctimer_close(&c->request_timeout.timer, on_handle_closed) +
-                              ctimer_close(&c->io_timeout.timer, on_handle_closed));
+  c->handles_open =
+      (uint8_t)(c->handles_open + ctimer_close(&c->headers_timeout.timer, on_handle_closed) +
+                ctimer_close(&c->request_timeout.timer, on_handle_closed) +
+                ctimer_close(&c->io_timeout.timer, on_handle_closed));
   uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 }
 
@@ -1283,8 +1303,7 @@ static void on_connection(uv_stream_t *listener, int status) {
     /* EMFILE/ENFILE: libuv has already taken the connection and closed it
      * (its reserve descriptor), so the listener is clear. */
     if (s->counters.accept_errors++ == 0)
-      fprintf(stderr, "http_server: accept: %s (counted in accept_errors)\n",
-              uv_strerror(status));
+      fprintf(stderr, "http_server: accept: %s (counted in accept_errors)\n", uv_strerror(status));
     return;
   }
   accept_one(s);
@@ -1464,8 +1483,8 @@ static int listen_on(http_server_t *s) {
   return 0;
 }
 
-int http_server_start(http_server_t **server, uv_loop_t *loop,
-                      const http_server_config_t *config, const uvtw_options_t *wheel_options) {
+int http_server_start(http_server_t **server, uv_loop_t *loop, const http_server_config_t *config,
+                      const uvtw_options_t *wheel_options) {
   static uv_once_t parser_once = UV_ONCE_INIT;
   http_server_t *s;
   int r;

@@ -38,8 +38,8 @@ typedef struct http_server_config_s {
    * Retry-After and Connection: close. See "Shedding" in http_server.c. */
   uint64_t max_loop_delay;
   uint64_t retry_after; /* s; the Retry-After of those 503s */
-  const char *host;                   /* listen address */
-  int port;                           /* 0: a free port (http_server_port() tells which) */
+  const char *host;     /* listen address */
+  int port;             /* 0: a free port (http_server_port() tells which) */
   /* -1: the server binds host:port itself. Else a bound socket it listens
    * on and owns from http_server_start on, failure included (host and port
    * then only name it in messages): several servers share a port this way,
@@ -82,11 +82,11 @@ typedef struct http_server_counters_s {
   uint64_t late_max_ms; /* largest now - deadline seen at a timeout */
   uint64_t delay_scheduled, delay_fired, delay_cancelled, delay_failed;
   uint64_t delay_in_flight; /* /delay work items whose after_work has not run */
-  uint64_t drain_answered; /* responses written after the shutdown began */
-  uint64_t drain_dropped;  /* connections with a request in flight closed by the shutdown */
+  uint64_t drain_answered;  /* responses written after the shutdown began */
+  uint64_t drain_dropped;   /* connections with a request in flight closed by the shutdown */
   uint64_t buffered, buffered_peak; /* bytes held for connections: kept requests, queued answers */
-  uint64_t shed;     /* requests answered 503 because the loop lagged */
-  uint64_t shedding; /* 1 while the server sheds (summed: the servers shedding) */
+  uint64_t shed;                    /* requests answered 503 because the loop lagged */
+  uint64_t shedding;                /* 1 while the server sheds (summed: the servers shedding) */
 } http_server_counters_t;
 
 /* What /stats shows: the counters, and the wheel's statistics (the last
@@ -127,7 +127,7 @@ void http_server_shutdown_now(http_server_t *server);
 /* Once it has shut down (http_server_wheel() is NULL). */
 void http_server_free(http_server_t *server);
 
-int http_server_port(const http_server_t *server);      /* the port it listens on */
+int http_server_port(const http_server_t *server);            /* the port it listens on */
 uvtw_wheel_t *http_server_wheel(const http_server_t *server); /* NULL once it has shut down */
 const http_server_counters_t *http_server_counters(const http_server_t *server);
 

@@ -18,7 +18,8 @@
 static const char usage_text[] =
     "usage: http_server [options]\n"
     "  --host ADDR                 listen address (default 127.0.0.1)\n"
-    "  --port N                    0 picks a free port (default 0); prints 'listening on HOST:PORT'\n"
+    "  --port N                    0 picks a free port (default 0); prints 'listening on "
+    "HOST:PORT'\n"
     "  --workers N                 N threads (default 1, at most 64), each with its own loop,\n"
     "                              wheel and socket on the port (SO_REUSEPORT: the kernel spreads\n"
     "                              connections over them); a connection stays on one worker\n"

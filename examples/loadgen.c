@@ -183,10 +183,10 @@ long long lg_stat(const char *line, const char *key) {
 /* ---- Clients ---------------------------------------------------------------- */
 
 enum client_state {
-  CS_WAITING,     /* not connected yet */
+  CS_WAITING, /* not connected yet */
   CS_CONNECTING,
   CS_ACTIVE,
-  CS_CLOSING,     /* uv_close called on its handles */
+  CS_CLOSING, /* uv_close called on its handles */
   CS_DONE
 };
 
@@ -200,7 +200,7 @@ struct lg_client_s {
   uint8_t kind;
   uint8_t state;
   uint8_t closed_by_us;
-  uint8_t half_sent;     /* good: the first half of a split head is out */
+  uint8_t half_sent; /* good: the first half of a split head is out */
   int handles_open;
   uint32_t rlen;
   uint64_t t_connect, t_connected, t_sent, t_response;
@@ -324,8 +324,7 @@ static void client_close(lg_client_t *c, int by_server) {
   c->handles_open = 2;
   /* A hang-up client resets the connection: a plain close sends only a FIN,
    * which the server takes for a half-close and still answers. */
-  if (c->kind != LG_DELAY_ABORT || by_server ||
-      uv_tcp_close_reset(&c->tcp, on_client_closed) != 0)
+  if (c->kind != LG_DELAY_ABORT || by_server || uv_tcp_close_reset(&c->tcp, on_client_closed) != 0)
     uv_close((uv_handle_t *)&c->tcp, on_client_closed);
   uv_close((uv_handle_t *)&c->timer, on_client_closed);
 }

@@ -19,24 +19,23 @@
 
 typedef struct lg_server_s {
   uv_process_t process;
-  uv_pipe_t out;          /* its stdout */
+  uv_pipe_t out; /* its stdout */
   int pid;
-  int port;               /* from its `listening on HOST:PORT` line */
+  int port; /* from its `listening on HOST:PORT` line */
   char host[64];
   int exited;
   int64_t exit_status;
   int term_signal;
   int out_open;
   size_t out_len;
-  char out_buf[8192];     /* everything it printed on stdout */
+  char out_buf[8192]; /* everything it printed on stdout */
 } lg_server_t;
 
 /* Spawns `exe args...` (args NULL-terminated) with stdout piped, and runs the
  * loop until it prints `listening on HOST:PORT` (or exits, or 10 s pass).
  * If the environment has HTTP_SERVER_WRAPPER (e.g. "valgrind -q
  * --leak-check=full --error-exitcode=1"), its words are put in front. */
-int lg_server_start(uv_loop_t *loop, lg_server_t *server, const char *exe,
-                    const char *const *args);
+int lg_server_start(uv_loop_t *loop, lg_server_t *server, const char *exe, const char *const *args);
 
 /* Sends SIGTERM and runs the loop until the server exited and its stdout is
  * drained (at most timeout_ms; then SIGKILL). Returns 0 if it exited with
@@ -67,15 +66,15 @@ extern const char *const lg_kind_names[LG_KINDS];
 typedef struct lg_config_s {
   const char *host;
   int port;
-  uint32_t connects_in_flight;  /* at most this many connects pending (0: 256) */
-  uint64_t stop_after_ms;       /* good clients finish, repeating clients stop */
-  uint64_t think_max_ms;        /* good: pause between requests, 0..max */
-  uint64_t split_gap_max_ms;    /* good: pause inside a split head, 0..max */
-  uint64_t delay_max_ms;        /* good: every 4th request or so is /delay?ms=0..max */
-  uint64_t trickle_ms;          /* slowloris and slow body: one piece per interval */
-  uint64_t abort_after_ms;      /* delay-abort: hang up after this */
-  int repeat;                   /* non-good clients reconnect after being closed,
-                                   until stop_after_ms */
+  uint32_t connects_in_flight; /* at most this many connects pending (0: 256) */
+  uint64_t stop_after_ms;      /* good clients finish, repeating clients stop */
+  uint64_t think_max_ms;       /* good: pause between requests, 0..max */
+  uint64_t split_gap_max_ms;   /* good: pause inside a split head, 0..max */
+  uint64_t delay_max_ms;       /* good: every 4th request or so is /delay?ms=0..max */
+  uint64_t trickle_ms;         /* slowloris and slow body: one piece per interval */
+  uint64_t abort_after_ms;     /* delay-abort: hang up after this */
+  int repeat;                  /* non-good clients reconnect after being closed,
+                                  until stop_after_ms */
   uint64_t seed;
 } lg_config_t;
 
@@ -84,17 +83,17 @@ typedef struct lg_config_s {
  * (connect call, or request sent for idle clients) and `upper` from a moment
  * after it (connect done, or response received). */
 typedef struct lg_kind_stats_s {
-  uint64_t clients;           /* clients of this kind */
-  uint64_t connections;       /* connections made (repeats included) */
+  uint64_t clients;     /* clients of this kind */
+  uint64_t connections; /* connections made (repeats included) */
   uint64_t connect_errors;
-  uint64_t responses;         /* complete responses received */
-  uint64_t bad_status;        /* responses whose status was not the expected one */
-  uint64_t status_408;        /* 408 Request Timeout received */
-  uint64_t closed_by_server;  /* EOF or reset while the client still wanted the connection */
-  uint64_t closed_by_client;  /* the client hung up (done, aborting, or run over) */
-  uint64_t lower_min_ns;      /* smallest close - lower reference (UINT64_MAX: none) */
-  uint64_t upper_max_ns;      /* largest close - upper reference */
-  uint64_t open, open_peak;   /* connections of this kind open now / at most */
+  uint64_t responses;        /* complete responses received */
+  uint64_t bad_status;       /* responses whose status was not the expected one */
+  uint64_t status_408;       /* 408 Request Timeout received */
+  uint64_t closed_by_server; /* EOF or reset while the client still wanted the connection */
+  uint64_t closed_by_client; /* the client hung up (done, aborting, or run over) */
+  uint64_t lower_min_ns;     /* smallest close - lower reference (UINT64_MAX: none) */
+  uint64_t upper_max_ns;     /* largest close - upper reference */
+  uint64_t open, open_peak;  /* connections of this kind open now / at most */
 } lg_kind_stats_t;
 
 typedef struct lg_client_s lg_client_t;
@@ -110,17 +109,17 @@ struct lg_s {
   size_t count;
   size_t next_to_connect;
   size_t connecting;
-  size_t done;             /* clients finished for good */
-  size_t extra_open;       /* /stats fetches in progress */
+  size_t done;       /* clients finished for good */
+  size_t extra_open; /* /stats fetches in progress */
   uint64_t started_ns;
   uint64_t deadline_ns;
   uint64_t rng;
-  int stopping;            /* past stop_after_ms: no new requests or repeats */
-  int over;                /* past the run's deadline: everything is hung up */
+  int stopping; /* past stop_after_ms: no new requests or repeats */
+  int over;     /* past the run's deadline: everything is hung up */
   uv_timer_t tick;
   int tick_closed;
-  lg_tick_cb on_tick;      /* every 100 ms while running, may be NULL */
-  void *data;              /* for the caller */
+  lg_tick_cb on_tick; /* every 100 ms while running, may be NULL */
+  void *data;         /* for the caller */
   uint64_t open, open_peak;
   lg_kind_stats_t kind[LG_KINDS];
 };

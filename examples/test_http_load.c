@@ -57,14 +57,13 @@ static void check_cut_off(const lg_t *lg, int kind, uint64_t timeout_ms, uint64_
   const lg_kind_stats_t *ks = &lg->kind[kind];
   double lower = ks->lower_min_ns == UINT64_MAX ? -1 : (double)ks->lower_min_ns / 1e6;
   double upper = (double)ks->upper_max_ns / 1e6;
-  if (!tap_ok(ks->closed_by_server == ks->clients, "%s: all %" PRIu64 " closed by the server",
-              what, ks->clients))
+  if (!tap_ok(ks->closed_by_server == ks->clients, "%s: all %" PRIu64 " closed by the server", what,
+              ks->clients))
     tap_diag("  expected %" PRIu64 " closed by the server, got %" PRIu64
              " (closed by client %" PRIu64 ", connect errors %" PRIu64 ")",
              ks->clients, ks->closed_by_server, ks->closed_by_client, ks->connect_errors);
   if (!tap_ok(lower >= (double)timeout_ms - 1.0,
-              "%s: none closed before %" PRIu64 " ms (earliest %.1f ms)", what, timeout_ms,
-              lower))
+              "%s: none closed before %" PRIu64 " ms (earliest %.1f ms)", what, timeout_ms, lower))
     tap_diag("  expected every close >= %" PRIu64 " - 1 ms after the start, earliest %.3f ms",
              timeout_ms, lower);
   if (!tap_ok(upper <= (double)(timeout_ms + 1 + slack_ms),
@@ -87,9 +86,17 @@ static void on_after_stats(lg_t *lg, const char *line) {
 static void part_mixed(void) {
   enum { GOOD = 40, IDLE = 20, SLOWLORIS = 10, SILENT = 5, SLOW_BODY = 5, ABORT = 5 };
   const uint64_t headers_ms = 1000, request_ms = 2000, keep_alive_ms = 500;
-  const char *const args[] = {"--port", "0", "--headers-timeout", "1000", "--request-timeout",
-                              "2000", "--keep-alive-timeout", "500",
-                              "--keep-alive-timeout-buffer", "0", NULL};
+  const char *const args[] = {"--port",
+                              "0",
+                              "--headers-timeout",
+                              "1000",
+                              "--request-timeout",
+                              "2000",
+                              "--keep-alive-timeout",
+                              "500",
+                              "--keep-alive-timeout-buffer",
+                              "0",
+                              NULL};
   uint8_t kinds[GOOD + IDLE + SLOWLORIS + SILENT + SLOW_BODY + ABORT];
   lg_server_t server;
   lg_config_t config;
@@ -235,9 +242,17 @@ static const char *raise_fd_limit(rlim_t needed) {
 
 static void part_many(void) {
   const uint64_t keep_alive_ms = 3000;
-  const char *const args[] = {"--port", "0", "--keep-alive-timeout", "3000",
-                              "--keep-alive-timeout-buffer", "0", "--headers-timeout",
-                              "20000", "--request-timeout", "30000", NULL};
+  const char *const args[] = {"--port",
+                              "0",
+                              "--keep-alive-timeout",
+                              "3000",
+                              "--keep-alive-timeout-buffer",
+                              "0",
+                              "--headers-timeout",
+                              "20000",
+                              "--request-timeout",
+                              "30000",
+                              NULL};
   static uint8_t kinds[MANY];
   const char *why = raise_fd_limit(FDS_NEEDED);
   lg_server_t server;

@@ -302,8 +302,8 @@ static int server_start(const http_server_config_t *config, int manual) {
   }
   wheel = http_server_wheel(server);
   counters = http_server_counters(server);
-  if (!tap_ok(r == 0, "server started on 127.0.0.1:%d (%s clock)",
-              http_server_port(server), manual ? "manual" : "the loop's")) {
+  if (!tap_ok(r == 0, "server started on 127.0.0.1:%d (%s clock)", http_server_port(server),
+              manual ? "manual" : "the loop's")) {
     tap_diag("  http_server_start: %s", uv_strerror(r));
     if (http_server_wheel(server) != NULL) /* it listens on nothing and is shutting down */
       run_until(server_is_down, NULL, "the server to shut down");

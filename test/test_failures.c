@@ -225,8 +225,8 @@ static void test_memory_wheel_new(void) {
     int r = uvtw_wheel_new(&loop, NULL, &wheel);
     fail_in = -1;
     if (r == 0) {
-      tap_ok(made - made_before == failing,
-             "%s: it succeeds once its %ld allocations are granted", T, failing);
+      tap_ok(made - made_before == failing, "%s: it succeeds once its %ld allocations are granted",
+             T, failing);
       close_all(&loop, wheel, T);
       EXPECT_I64(live, live_before, "%s: a closed wheel leaves nothing allocated", T);
       break;
@@ -384,16 +384,18 @@ static void test_caller_mistakes(void) {
   uvtw_timer_init(NULL, &unbound);
   EXPECT_ERR(uvtw_timer_start(&unbound, on_timer, 10, 0), UV_EINVAL,
              "%s: start of a timer initialized without a wheel: UV_EINVAL", T);
-  EXPECT_ERR(uvtw_timer_again(&unbound), UV_EINVAL,
-             "%s: again of a timer never started: UV_EINVAL", T);
+  EXPECT_ERR(uvtw_timer_again(&unbound), UV_EINVAL, "%s: again of a timer never started: UV_EINVAL",
+             T);
   EXPECT_ERR(uvtw_timer_stop(&unbound), 0, "%s: stop of an inactive timer: 0", T);
   EXPECT_ERR(uvtw_timer_stop(NULL), UV_EINVAL, "%s: stop(NULL): UV_EINVAL", T);
   EXPECT_ERR(uvtw_timer_again(NULL), UV_EINVAL, "%s: again(NULL): UV_EINVAL", T);
   close_callbacks = 0;
   uvtw_wheel_close(NULL, on_close, NULL);
   uvtw_wheel_stats(wheel, &after);
-  tap_ok(memcmp(&before, &after, sizeof before) == 0 && close_callbacks == 0,
-         "%s: init(NULL timer) and close(NULL wheel) do nothing; the wheel's counters are unchanged", T);
+  tap_ok(
+      memcmp(&before, &after, sizeof before) == 0 && close_callbacks == 0,
+      "%s: init(NULL timer) and close(NULL wheel) do nothing; the wheel's counters are unchanged",
+      T);
   close_all(&loop, wheel, T);
 }
 
@@ -420,7 +422,8 @@ static void test_deadline_overflow(void) {
              "%s: rounded up to the tick, it lies past the end: next_due INT64_MAX", T);
   EXPECT_U64(uvtw_timer_get_due_in(&a), UINT64_MAX - now,
              "%s: get_due_in counts to UINT64_MAX ms, where it saturates", T);
-  EXPECT_ERR(uvtw_timer_start(&b, on_timer, UINT64_MAX, 0), 0, "%s: a start with timeout UINT64_MAX", T);
+  EXPECT_ERR(uvtw_timer_start(&b, on_timer, UINT64_MAX, 0), 0,
+             "%s: a start with timeout UINT64_MAX", T);
   EXPECT_ERR(uvtw_wheel_advance(manual, 1000), 0, "%s: the clock moves", T);
   tap_ok(uvtw_timer_is_active(&a) && uvtw_timer_is_active(&b), "%s: both stay active", T);
   EXPECT_ERR(uvtw_timer_start(&c, on_timer, UINT64_MAX - 2 - uvtw_wheel_now(real), 0), 0,
@@ -448,12 +451,9 @@ static void test_deadline_overflow(void) {
 
 int main(int argc, char **argv) {
   static const tap_case_t cases[] = {
-      TAP_CASE(descriptors_exhausted),
-      TAP_CASE(memory_wheel_new),
-      TAP_CASE(memory_schedule),
-      TAP_CASE(slab_race),
-      TAP_CASE(slabs_given_back),
-      TAP_CASE(caller_mistakes),
+      TAP_CASE(descriptors_exhausted), TAP_CASE(memory_wheel_new),
+      TAP_CASE(memory_schedule),       TAP_CASE(slab_race),
+      TAP_CASE(slabs_given_back),      TAP_CASE(caller_mistakes),
       TAP_CASE(deadline_overflow),
   };
   tap_diag("libuv %s, uvtw %s", uv_version_string(), uvtw_version_string());

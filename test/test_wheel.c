@@ -114,8 +114,9 @@ static void model_expire(wheel_t *w, entry_t *pool, uint64_t now, model_run_t *r
     entry_t *got = (entry_t *)(void *)node;
     entry_t *want = model_first_due(pool, now);
     if (got != want) {
-      fail(run, step, want == NULL ? "an entry expired that the model does not have due"
-                                   : "entries expired out of (deadline, insertion) order");
+      fail(run, step,
+           want == NULL ? "an entry expired that the model does not have due"
+                        : "entries expired out of (deadline, insertion) order");
       if (!got->pending)
         continue;
     }
@@ -199,8 +200,7 @@ static void test_model(void) {
   }
   tap_diag("model: %" PRIu64 " steps, %" PRIu64 " inserts, %" PRIu64 " postponed, %" PRIu64
            " removals, %" PRIu64 " expiries, %" PRIu64 " expired, %" PRIu64 " cascaded",
-           run.steps, run.inserts, run.postponed, run.removes, run.expiries, run.fired,
-           w.cascaded);
+           run.steps, run.inserts, run.postponed, run.removes, run.expiries, run.fired, w.cascaded);
   EXPECT_U64(run.failures, 0, "model: the wheel agrees with the reference at every step");
   tap_ok(run.fired > 0 && w.cascaded > 0 && run.postponed > 0,
          "model: the run expired, cascaded and postponed entries");
@@ -263,7 +263,8 @@ static void test_saturated(void) {
   uvtw__wheel_insert(&w, &e.node, UINT64_MAX);
   uvtw__wheel_expire(&w, UINT64_MAX - 1);
   tap_ok(uvtw__wheel_pop_expired(&w) == NULL, "saturated: UINT64_MAX does not expire before it");
-  EXPECT_U64(uvtw__wheel_next_deadline_exact(&w), UINT64_MAX, "saturated: next deadline is UINT64_MAX");
+  EXPECT_U64(uvtw__wheel_next_deadline_exact(&w), UINT64_MAX,
+             "saturated: next deadline is UINT64_MAX");
   tap_ok(wheel_check(&w) == NULL, "saturated: the checker accepts the wheel");
 }
 
@@ -441,8 +442,8 @@ static void test_checker(void) {
     checker_fixture(&w, e);
     corruptions[i].corrupt(&w, e);
     const char *report = wheel_check(&w);
-    if (!tap_ok(report != NULL && strcmp(report, corruptions[i].report) == 0,
-                "checker: reports %s", corruptions[i].name))
+    if (!tap_ok(report != NULL && strcmp(report, corruptions[i].report) == 0, "checker: reports %s",
+                corruptions[i].name))
       tap_diag("  expected \"%s\", got \"%s\"", corruptions[i].report,
                report ? report : "(nothing)");
   }
@@ -451,8 +452,8 @@ static void test_checker(void) {
 int main(int argc, char **argv) {
   static const tap_case_t cases[] = {
       TAP_CASE(model),     TAP_CASE(fifo_across_levels), TAP_CASE(fifo_postponed),
-      TAP_CASE(saturated),
-      TAP_CASE(remove_clears), TAP_CASE(next_deadline_expired), TAP_CASE(checker),
+      TAP_CASE(saturated), TAP_CASE(remove_clears),      TAP_CASE(next_deadline_expired),
+      TAP_CASE(checker),
   };
   const char *seed_env = getenv("UVTW_SEED");
   rng_state = seed_env ? strtoull(seed_env, NULL, 10) : 0x9e3779b97f4a7c15u;

@@ -88,6 +88,10 @@ void uvtw__tasks_stats(const uvtw_wheel_t *w, uvtw_stats_t *out);
  * checks the arming, the counts and the references, tasks.c each task in
  * the wheel and the counters other threads share. */
 const char *uvtw__check(const uvtw_wheel_t *w);
+/* One invariant of a checker: returns its name if it fails. */
+#define INVARIANT(holds, name)                                                                     \
+  if (!(holds))                                                                                    \
+  return name
 bool uvtw__task_check(const uvtw_timer_t *entry, uint64_t *cancelled);
 int64_t uvtw__tasks_linked(const uvtw_wheel_t *w);
 const char *uvtw__tasks_check(const uvtw_wheel_t *w, int64_t linked, uint64_t tasks,

@@ -73,8 +73,8 @@ void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline);
 int uvtw__tasks_open(uvtw_wheel_t *w, uint32_t max_pending);
 void uvtw__tasks_release(uvtw_shared_t *sh);
 /* The drain hook: takes in everything queued (at every pass's end and in
- * the uv_async_t's callback). */
-void uvtw__tasks_drain(uvtw_wheel_t *w);
+ * the uv_async_t's callback); false if nothing was. */
+bool uvtw__tasks_drain(uvtw_wheel_t *w);
 /* The close hook: shuts the queue, waits for senders to leave it, and ends
  * every task still queued with UV_ECANCELED. */
 void uvtw__tasks_close(uvtw_wheel_t *w);

@@ -317,7 +317,7 @@ static void on_async(uv_async_t *handle) {
     w->loop_ran = true;
     update_refs(w);
   }
-  uvtw__tasks_drain(w);
+  w->stats.remote_batches += uvtw__tasks_drain(w);
 }
 
 /* ---- the wheel ----------------------------------------------------------- */

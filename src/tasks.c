@@ -246,10 +246,10 @@ static void take_in_list(uvtw_wheel_t *w, mpsc_node_t *node) {
   }
 }
 
-void uvtw__tasks_drain(uvtw_wheel_t *w) {
+bool uvtw__tasks_drain(uvtw_wheel_t *w) {
   mpsc_node_t *batch = uvtw__mpsc_take_all(&w->shared->queue);
-  w->stats.remote_batches += batch != NULL;
   take_in_list(w, batch);
+  return batch != NULL;
 }
 
 void uvtw__tasks_close(uvtw_wheel_t *w) {

@@ -16,10 +16,10 @@
  * state (enum arming, internal.h) says what the uv_timer_t is doing, and
  * set_arming is the one place that starts or stops it:
  *
- *   IDLE --file--> TIMER --due--> IN_PASS --after_pass--> TIMER or IDLE
- *                    |                ^                   (libuv >= 1.48)
- *                    +--> COLLECTED --+           WAIT --prepare--> TIMER
- *                                                 (libuv < 1.48)
+ *   IDLE --file--> TIMER --due--> IN_PASS --end_pass--> TIMER or IDLE (libuv >= 1.48)
+ *                    |              ^     \--end_pass--> WAIT --prepare--> TIMER (< 1.48)
+ *                    +-> COLLECTED -+
+ * and every state goes to CLOSED at uvtw_wheel_close.
  *
  * Two cases need care, told apart by uv_version() at run time (a shared
  * libuv is upgraded under programs):
@@ -52,6 +52,7 @@
  * before it keeps the loop alive; the uv_prepare_t never is.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 #include "late.h"
@@ -178,10 +179,9 @@ static void after_file(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
  * registers (bench/README.md). */
 UVTW_NOINLINE static void release_loop(uvtw_wheel_t *w) {
   update_refs(w);
-  if (w->wheel.count == 0 && (w->arming == ARM_TIMER || w->arming == ARM_COLLECTED))
-    set_arming(w, ARM_IDLE, 0);
-  else if (w->wheel.count == 0 && w->arming == ARM_WAIT)
-    set_arming(w, ARM_WAIT, 0);
+  enum arming a = w->arming;
+  if (w->wheel.count == 0 && (a == ARM_TIMER || a == ARM_COLLECTED || a == ARM_WAIT))
+    set_arming(w, a == ARM_WAIT ? ARM_WAIT : ARM_IDLE, 0); /* WAIT keeps its prepare */
 }
 
 /* After `entry` is unlinked: updates the counts, and lets go of the loop
@@ -250,7 +250,7 @@ static void fire(uvtw_wheel_t *w, uvtw_timer_t *entry) {
 /* Expires everything due at `now` (ticks) unless COLLECTED did, runs the
  * callbacks, then takes in the tasks queued meanwhile, which so keep the
  * loop alive from their call. A callback may close the wheel: then the
- * wheel stays allocated until pass_ended. */
+ * wheel stays allocated until end_pass. */
 static void run_pass(uvtw_wheel_t *w, uint64_t now) {
   wheel_node_t *node;
   if (w->arming != ARM_COLLECTED)
@@ -273,26 +273,21 @@ static void run_pass(uvtw_wheel_t *w, uint64_t now) {
 
 static void finish_close(uvtw_wheel_t *w);
 
-/* After run_pass: false if a callback closed the wheel, which is then
- * finished here if the program had closed its handles (a uv_walk). */
-static bool pass_ended(uvtw_wheel_t *w) {
-  if (!uvtw__closing(w))
-    return true;
-  if (w->handles_closed == 3)
-    finish_close(w);
-  return false;
-}
-
-/* Arms the uv_timer_t for the next pass (see the top of this file). */
-static void after_pass(uvtw_wheel_t *w) {
-  uint64_t next = uvtw__wheel_next_deadline(&w->wheel);
-  uint64_t floor = now_ticks(w) + 1;
-  if (w->manual)
-    set_arming(w, ARM_IDLE, 0);
-  else if (w->pass_by_timer)
-    set_arming(w, ARM_TIMER, next);
-  else
-    set_arming(w, ARM_WAIT, next > floor ? next : floor);
+/* After run_pass: arms the uv_timer_t for the next pass (see the top of
+ * this file) and returns true. If a callback closed the wheel, returns
+ * false instead, having finished the close if the program had closed the
+ * handles (a uv_walk): the wheel may be gone. */
+static bool end_pass(uvtw_wheel_t *w) {
+  if (uvtw__closing(w)) {
+    if (w->handles_closed == 3)
+      finish_close(w);
+    return false;
+  }
+  uint64_t next = uvtw__wheel_next_deadline(&w->wheel), floor = now_ticks(w) + 1;
+  if (!w->pass_by_timer && next < floor) /* WAIT: not in the timer phase under way */
+    next = floor;
+  set_arming(w, w->manual ? ARM_IDLE : w->pass_by_timer ? ARM_TIMER : ARM_WAIT, next);
+  return true;
 }
 
 static void on_timer(uv_timer_t *handle) {
@@ -301,8 +296,7 @@ static void on_timer(uv_timer_t *handle) {
   w->stats.wakeups++;
   run_pass(w, now_ticks(w));
   w->stats.wasted_wakeups += w->stats.fired == fired;
-  if (pass_ended(w))
-    after_pass(w);
+  end_pass(w);
 }
 
 /* libuv < 1.48: the next iteration has begun; the next pass may come. */
@@ -346,10 +340,9 @@ int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **o
   uvtw_options_t o = {0};
   if (opts != NULL)
     o = *opts;
-  bool reserved_zero = true;
-  for (size_t i = 0; i < sizeof o.reserved / sizeof o.reserved[0]; i++)
-    reserved_zero &= o.reserved[i] == 0;
-  if (loop == NULL || out == NULL || o.manual_clock > 1 || !reserved_zero)
+  static const uvtw_options_t defaults; /* all zero */
+  if (loop == NULL || out == NULL || o.manual_clock > 1 ||
+      memcmp(o.reserved, defaults.reserved, sizeof o.reserved) != 0)
     return UV_EINVAL;
   uvtw_wheel_t *w = calloc(1, sizeof *w);
   if (w == NULL)
@@ -501,10 +494,7 @@ static bool manual_pass(uvtw_wheel_t *w, uint64_t at) {
   if (ms_of(w, at) > w->manual_now)
     w->manual_now = ms_of(w, at);
   run_pass(w, at);
-  if (!pass_ended(w))
-    return false;
-  after_pass(w);
-  return true;
+  return end_pass(w);
 }
 
 int uvtw_wheel_advance(uvtw_wheel_t *w, uint64_t ms) {

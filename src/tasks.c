@@ -177,11 +177,14 @@ static void task_unref(uvtw_ticket_t *task) {
 
 /* ---- the loop side -------------------------------------------------------- */
 
-/* The loop lets go of a cancelled task: it counts the cancel, drops its
- * reference and frees the task's place under max_pending. */
-static void let_go(uvtw_wheel_t *w, uvtw_ticket_t *task, bool taken_in) {
+/* The loop lets go of a cancelled task, `in_wheel` or still queued: it
+ * counts the cancel, drops its reference and frees the task's place under
+ * max_pending. */
+static void let_go(uvtw_wheel_t *w, uvtw_ticket_t *task, bool in_wheel) {
   atomic_store(&task->state, TASK_CANCELLED);
-  w->stats.started += !taken_in;
+  if (in_wheel)
+    atomic_fetch_sub(&task->shared->cancelled_linked, 1);
+  w->stats.started += !in_wheel; /* never counted when taken in */
   w->stats.stopped++;
   pending_put(task->shared);
   task_unref(task);
@@ -194,7 +197,6 @@ static void settle(uvtw_wheel_t *w, uvtw_ticket_t *task, int status) {
   int expected = TASK_IN_WHEEL;
   if (!atomic_compare_exchange_strong(&task->state, &expected, TASK_DONE)) {
     assert(expected == TASK_CANCELLED_IN_WHEEL);
-    atomic_fetch_sub(&task->shared->cancelled_linked, 1);
     let_go(w, task, true);
     return;
   }
@@ -232,7 +234,6 @@ static void take_in(uvtw_wheel_t *w, uvtw_ticket_t *task) {
   assert(state == TASK_CANCELLED_IN_WHEEL || state == TASK_CANCELLED);
   if (state == TASK_CANCELLED_IN_WHEEL) {
     uvtw__entry_remove(w, &task->entry);
-    atomic_fetch_sub(&task->shared->cancelled_linked, 1);
     let_go(w, task, true);
   }
   task_unref(task); /* the cancel message's reference */
@@ -255,9 +256,8 @@ bool uvtw__tasks_drain(uvtw_wheel_t *w) {
 void uvtw__tasks_close(uvtw_wheel_t *w) {
   atomic_fetch_or(&w->shared->gate, 1);
   while (atomic_load(&w->shared->gate) != 1)
-    uv_sleep(0); /* a thread is inside: let it finish its push */
-  /* Closing: queued tasks end with UV_ECANCELED. */
-  take_in_list(w, uvtw__mpsc_take_all(&w->shared->queue));
+    uv_sleep(0);                       /* a thread is inside: let it finish its push */
+  uvtw__tasks_drain(w);                /* closing: queued tasks end with UV_ECANCELED */
   uvtw__pool_retire(&w->shared->pool); /* no block is taken from here on */
 }
 

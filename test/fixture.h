@@ -53,10 +53,12 @@ bool fx_open(fx_t *f, const char *name, const uvtw_options_t *opts);
 /* Another wheel on the fixture's loop; NULL (and a failed check) if none. */
 uvtw_wheel_t *fx_wheel_new(fx_t *f, const uvtw_options_t *opts);
 /* Runs one loop iteration (UV_RUN_NOWAIT) even if nothing keeps the loop
- * alive: the wheel drains its queue. The first one is what a program's
- * loop does before its callbacks use the wheel: the wheel learns which
- * thread runs its loop, and from then on files that thread's tasks
- * directly ("Any-thread tasks" in include/uvtw.h). */
+ * alive: in its poll phase the wheel takes in every task queued so far,
+ * from any thread, the loop's own included (outside the wheel's callbacks
+ * a schedule or a cancel only queues, on every thread). After the loop's
+ * first iteration such a task keeps the loop alive only once taken in, so
+ * a test that schedules at top level and then runs uv_run(DEFAULT) calls
+ * this first ("Any-thread tasks" in include/uvtw.h). */
 void fx_iteration(fx_t *f);
 /* Closes `wheel` and runs the loop until its close callback ran; checks that
  * it ran once. */

@@ -3,7 +3,9 @@
  * queued) run once with UV_ECANCELED before the close callback, starts and
  * schedules on a closing wheel get UV_ECANCELED, tickets stay safe to cancel
  * and release after close, and closing works from inside a timer or task
- * callback. The valgrind suite runs this file. */
+ * callback, also from a callback that uvtw_wheel_advance runs after a
+ * uv_walk closed the wheel's handles and the loop. The valgrind suite runs
+ * this file. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -17,6 +19,13 @@
 static unsigned next_random(unsigned *state) {
   *state = *state * 1103515245u + 12345u;
   return (*state >> 16) & 0x7fff;
+}
+
+/* A uv_walk callback: closes every handle not closing already. */
+static void close_any_handle(uv_handle_t *handle, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(handle))
+    uv_close(handle, NULL);
 }
 
 /* ---- A close callback that records what it saw ------------------------------ */
@@ -628,6 +637,118 @@ static void test_close_everything_outstanding(void) {
   fx_close(&f);   /* the loop closes: the wheel left no handle behind */
 }
 
+/* ---- Closed from a manual clock's callback after a uv_walk (issue 37) --------
+ * A program closes every handle with a uv_walk (the wheel's among them),
+ * uv_run finishes those closes and the loop closes; then a callback that
+ * uvtw_wheel_advance (or uvtw_wheel_advance_next) runs closes the wheel.
+ * The wheel touches neither its closed handles' loop nor itself once its
+ * close callback has run: the loop's memory is scribbled over and freed
+ * (ASan and Valgrind see any use), and the wheel is freed inside the
+ * advance, which must then not read it. */
+
+typedef struct walk_close_s {
+  uvtw_wheel_t *wheel;
+  uvtw_timer_t closer, beside, later;
+  task_probe_t in_wheel, queued;
+  int start_after_close; /* the closing callback starts `later` after the close */
+  int start_rc;
+  int closer_fires, beside_fires, later_fires;
+  int closes;
+  int tasks_ended_at_close_cb; /* task callbacks run when the close callback ran */
+} walk_close_t;
+
+static walk_close_t *wc;
+
+static void wc_close_cb(uvtw_wheel_t *wheel, void *arg) {
+  walk_close_t *c = arg;
+  c->closes++;
+  c->tasks_ended_at_close_cb = c->in_wheel.calls + c->queued.calls;
+  tap_ok(wheel == c->wheel, "walk then close in advance: the close callback gets the wheel");
+}
+
+static void wc_other_cb(uvtw_timer_t *timer) {
+  if (timer == &wc->beside)
+    wc->beside_fires++;
+  else
+    wc->later_fires++;
+}
+
+static void wc_closer_cb(uvtw_timer_t *timer) {
+  (void)timer;
+  wc->closer_fires++;
+  uvtw_wheel_close(wc->wheel, wc_close_cb, wc);
+  if (wc->start_after_close)
+    wc->start_rc = uvtw_timer_start(&wc->later, wc_other_cb, 1, 0);
+}
+
+static void walk_then_close_in_advance(bool advance_next, bool start_after_close) {
+  char T[96];
+  snprintf(T, sizeof T, "walk then close in %s (%s)",
+           advance_next ? "uvtw_wheel_advance_next" : "uvtw_wheel_advance",
+           start_after_close ? "then a start" : "then nothing");
+  uv_loop_t *loop = fx_xcalloc(1, sizeof *loop);
+  walk_close_t c;
+  uvtw_ticket_t *ticket = NULL;
+  uvtw_options_t opts = {.manual_clock = 1};
+  memset(&c, 0, sizeof c);
+  wc = &c;
+  c.start_after_close = start_after_close;
+  c.start_rc = 1;
+  if (!tap_ok(uv_loop_init(loop) == 0 && uvtw_wheel_new(loop, &opts, &c.wheel) == 0,
+              "%s: a loop and a manual-clock wheel", T)) {
+    free(loop);
+    return;
+  }
+  uvtw_timer_init(c.wheel, &c.closer);
+  uvtw_timer_init(c.wheel, &c.beside);
+  uvtw_timer_init(c.wheel, &c.later);
+  int ok = uvtw_timer_start(&c.closer, wc_closer_cb, 5, 0) == 0;
+  ok &= uvtw_timer_start(&c.beside, wc_other_cb, 5, 0) == 0; /* due in the same pass, after it */
+  ok &= uvtw_schedule(c.wheel, 10000, task_probe_cb, &c.in_wheel, &ticket) == 0;
+  ok &= uvtw_wheel_advance(c.wheel, 0) == 0; /* takes the task in; nothing is due */
+  ok &= uvtw_schedule(c.wheel, 10000, task_probe_cb, &c.queued, NULL) == 0;
+  tap_ok(ok, "%s: two timers due at 5 ms, a 10 s task in the wheel and one still queued", T);
+  EXPECT_U64(fx_stats(c.wheel).active, 3, "%s: (the timers and the task taken in are active)", T);
+
+  /* The program's shutdown: every handle closed by a walk, the loop closed. */
+  uv_walk(loop, close_any_handle, NULL);
+  uv_run(loop, UV_RUN_DEFAULT);
+  EXPECT_ERR(uv_loop_close(loop), 0, "%s: uv_loop_close returns 0 (the wheel's handles closed)", T);
+  memset(loop, 0xa5, sizeof *loop); /* the loop is gone: the wheel must not read it */
+  free(loop);
+
+  /* Then the wheel's clock moves: the closing callback runs in the pass. */
+  int64_t r = advance_next ? uvtw_wheel_advance_next(c.wheel) : uvtw_wheel_advance(c.wheel, 10);
+  EXPECT_I64(r, advance_next ? 5 : 0, "%s: the call returns %s", T,
+             advance_next ? "the 5 ms it moved" : "0");
+  EXPECT_U64(c.closer_fires, 1, "%s: the closing timer ran once", T);
+  EXPECT_U64(c.beside_fires, 0, "%s: the timer due beside it, after it, never ran", T);
+  EXPECT_U64(c.closes, 1, "%s: the close callback ran once, before the call returned", T);
+  EXPECT_U64(c.tasks_ended_at_close_cb, 2, "%s: both tasks had ended before the close callback", T);
+  tap_ok(c.in_wheel.calls == 1 && c.in_wheel.status == UV_ECANCELED,
+         "%s: the task in the wheel ran once, with UV_ECANCELED", T);
+  tap_ok(c.queued.calls == 1 && c.queued.status == UV_ECANCELED,
+         "%s: the task queued across the walk ran once, with UV_ECANCELED", T);
+  if (start_after_close) {
+    EXPECT_ERR(c.start_rc, UV_ECANCELED, "%s: a start after the close is UV_ECANCELED", T);
+    EXPECT_U64(c.later_fires, 0, "%s: ...and that timer never runs", T);
+  }
+  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY,
+             "%s: the task's ticket is still safe to cancel: UV_EALREADY", T);
+  uvtw_ticket_release(ticket);
+  EXPECT_U64(uvtw_timer_is_active(&c.closer) + uvtw_timer_is_active(&c.beside) +
+                 uvtw_timer_is_active(&c.later),
+             0, "%s: every timer is inactive", T);
+  wc = NULL;
+}
+
+static void test_walk_then_close_in_advance(void) {
+  walk_then_close_in_advance(false, false);
+  walk_then_close_in_advance(false, true);
+  walk_then_close_in_advance(true, false);
+  walk_then_close_in_advance(true, true);
+}
+
 static const tap_case_t cases[] = {
     TAP_CASE(close_pending_timers),
     TAP_CASE(close_from_timer_cb),
@@ -635,6 +756,7 @@ static const tap_case_t cases[] = {
     TAP_CASE(close_inside_task),
     TAP_CASE(close_everything_outstanding),
     TAP_CASE(close_timers_first),
+    TAP_CASE(walk_then_close_in_advance),
 };
 
 FX_MAIN(cases)

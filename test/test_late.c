@@ -349,7 +349,7 @@ static void test_tasks_counted(void) {
   fx_t f;
   if (!fx_open(&f, T, NULL))
     return;
-  fx_iteration(&f); /* the wheel learns the loop's thread */
+  fx_iteration(&f); /* the loop runs once */
   seen_reset(f.wheel);
   g_task_least_late = UINT64_MAX;
   rec_start(f.wheel, &lt_task_block, 1, 0, lt_task_block_action);

@@ -662,7 +662,7 @@ static void test_walk_before_close(void) {
   uv_loop_t *loop = fx_xcalloc(1, sizeof *loop);
   uvtw_wheel_t *wheel;
   uvtw_timer_t timer, idle;
-  task_probe_t pending = {0};
+  task_probe_t pending = {0}, queued = {0};
   uvtw_ticket_t *ticket = NULL;
   int closes = 0;
   if (!tap_ok(uv_loop_init(loop) == 0 && uvtw_wheel_new(loop, NULL, &wheel) == 0,
@@ -673,9 +673,12 @@ static void test_walk_before_close(void) {
   uvtw_timer_init(wheel, &timer);
   uvtw_timer_init(wheel, &idle);
   uvtw_timer_start(&timer, fx_noop_timer_cb, 10000, 0);
-  uv_run(loop, UV_RUN_NOWAIT); /* the wheel learns its thread */
   EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &pending, &ticket), 0,
-             "%s: a 10 s task in the wheel", T);
+             "%s: a 10 s task is scheduled", T);
+  uv_run(loop, UV_RUN_NOWAIT); /* the loop's setup: it takes the task in */
+  EXPECT_U64(fx_stats(wheel).active, 2, "%s: the timer and the task are in the wheel", T);
+  EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &queued, NULL), 0,
+             "%s: another 10 s task, still queued when the walk closes the handles", T);
 
   /* The program's shutdown: close every handle, run the loop, close it. */
   uv_walk(loop, close_any, NULL);
@@ -683,13 +686,15 @@ static void test_walk_before_close(void) {
   EXPECT_ERR(uv_loop_close(loop), 0, "%s: uv_loop_close returns 0 (the wheel's handles closed)", T);
   memset(loop, 0xa5, sizeof *loop); /* the loop is gone: the wheel must not read it */
   free(loop);
-  EXPECT_U64(pending.calls, 0, "%s: the task has not run yet", T);
+  EXPECT_U64(pending.calls + queued.calls, 0, "%s: the tasks have not run yet", T);
 
   /* Then the wheel. */
   uvtw_wheel_close(wheel, count_close_cb, &closes);
   EXPECT_U64(closes, 1, "%s: uvtw_wheel_close ran its callback (inside the call: no loop)", T);
-  EXPECT_U64(pending.calls, 1, "%s: the pending task ran once...", T);
+  EXPECT_U64(pending.calls, 1, "%s: the pending task in the wheel ran once...", T);
   EXPECT_I64(pending.status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
+  EXPECT_U64(queued.calls, 1, "%s: the task still queued ran once...", T);
+  EXPECT_I64(queued.status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
   EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY,
              "%s: its ticket is still safe to cancel: UV_EALREADY", T);
   uvtw_ticket_release(ticket);

@@ -74,7 +74,7 @@ static void iterate(uv_loop_t *loop) {
   uv_run(loop, UV_RUN_NOWAIT);
 }
 
-/* A loop and a wheel that has learnt its loop's thread. */
+/* A loop and a wheel, after the loop's first iteration (the setup is over). */
 static int open_wheel(uv_loop_t *loop, uvtw_wheel_t **wheel, const char *T) {
   if (!tap_ok(uv_loop_init(loop) == 0 && uvtw_wheel_new(loop, NULL, wheel) == 0,
               "%s: a loop and a wheel", T))

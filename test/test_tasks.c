@@ -3,16 +3,22 @@
  * runs on a loop and wheel of its own:
  *
  *   argument_errors ........ UV_EINVAL, and *ticket untouched on every error
- *   max_pending ............ UV_ENOBUFS; a won cancel frees its place at once,
- *                            from any thread, before the loop has run; cancel
- *                            twice after a win: 0, 0; after the callback ran:
- *                            UV_EALREADY, UV_EALREADY
- *   loop_thread_keeps_alive  a task scheduled on the loop thread keeps
- *                            uv_run(DEFAULT) from returning before it ran
+ *   max_pending ............ UV_ENOBUFS; a won cancel, from any thread (the
+ *                            loop's too), frees its place when the loop lets
+ *                            go of the task (its next take-in), not before;
+ *                            queued tasks hold places; cancel twice after a
+ *                            win: 0, 0; after the callback ran: UV_EALREADY,
+ *                            UV_EALREADY
+ *   loop_thread_keeps_alive  a task scheduled on the loop thread outside the
+ *                            wheel's callbacks is taken in at the loop's next
+ *                            poll phase, then keeps uv_run(DEFAULT) from
+ *                            returning before it ran; one scheduled from a
+ *                            wheel callback keeps it going from the call
  *   next_iteration ......... a due task scheduled inside a wheel callback runs
  *                            in the next loop iteration, not in the same pass
  *   cancel_leaves_promptly . a cancelled task leaves the wheel long before its
- *                            deadline (stats.active, next_due, loop aliveness)
+ *                            deadline (stats.active at once; next_due and
+ *                            loop aliveness once the loop lets go of it)
  *   cancelled_stats ........ a cancelled task counts once in started and once
  *                            in stopped, taken in or not; stopped + fired
  *                            never exceed started
@@ -249,18 +255,25 @@ static void test_max_pending(void) {
   EXPECT_ERR(uvtw_ticket_cancel(tickets[1]), 0, "max_pending: cancelling a pending task wins");
   EXPECT_ERR(uvtw_ticket_cancel(tickets[1]), 0,
              "cancel: cancelling again after a win returns 0 again");
+  /* The four tasks are still queued (the loop takes them in at its next
+   * poll phase), and a won cancel frees its place only when the loop lets
+   * go of the task: on the loop's thread too, where no call touches the
+   * wheel outside its callbacks. */
+  EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[15], NULL), UV_ENOBUFS,
+             "max_pending: a won cancel on the loop thread keeps its place until the loop lets go "
+             "of the task");
+  fx_iteration(&f); /* takes the tasks in; lets go of the cancelled one */
   tickets[4] = SENTINEL;
   EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[4], &tickets[4]), 0,
-             "max_pending: a won cancel on the loop thread frees its place at once (the loop "
-             "lets go of the task in the call)");
+             "max_pending: once the loop took the queue in, the cancelled task's place is free");
   if (tickets[4] == SENTINEL)
     tickets[4] = NULL; /* failed: nothing to cancel or release (both take NULL) */
   EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[15], NULL), UV_ENOBUFS,
              "max_pending: ...and only one place");
 
-  /* The same from another thread: a cancel there frees the place once the
-   * loop has let go of the task, at its next drain of the queue; its own
-   * tasks wait in the queue, which counts. */
+  /* The same from another thread, for a task in the wheel: a cancel there
+   * frees the place once the loop has let go of the task, at its next
+   * take-in; its own tasks wait in the queue, which counts. */
   max_pending_thread_t m = {.wheel = wheel, .to_cancel = tickets[2], .probe = &probes[5]};
   uv_thread_t thread;
   uv_thread_create(&thread, max_pending_thread, &m);
@@ -290,7 +303,9 @@ static void test_max_pending(void) {
   tap_ok(ok, "max_pending: cancelling the other pending tasks wins");
   for (int i = 0; i < 6; i++)
     uvtw_ticket_release(tickets[i]);
-  fx_iteration(&f); /* the task cancelled while queued is let go */
+  EXPECT_ERR(uvtw_schedule(wheel, 0, task_probe_cb, &probes[15], NULL), UV_ENOBUFS,
+             "max_pending: cancelled tasks hold their places until the loop lets go of them");
+  fx_iteration(&f); /* the loop lets go of every cancelled task */
 
   /* Firing also frees places. */
   ok = 1;
@@ -299,6 +314,9 @@ static void test_max_pending(void) {
     ok &= uvtw_schedule(wheel, 0, task_probe_cb, &probes[8 + i], &tickets[i]) == 0;
   }
   tap_ok(ok, "max_pending: after cancelling everything, %d places are free again", LIMIT);
+  /* Scheduled outside the wheel's callbacks after the loop ran, they keep
+   * the loop alive once taken in: one iteration does that. */
+  fx_iteration(&f);
   uint64_t t0 = uv_hrtime();
   uv_run(&f.loop, UV_RUN_DEFAULT);
   uint64_t run_ms = (uv_hrtime() - t0) / NS_PER_MS;
@@ -345,34 +363,62 @@ static void test_max_pending(void) {
 
 /* ---- A loop-thread task keeps the loop alive ------------------------------ */
 
+/* A wheel timer's callback schedules a task with a ticket. */
+typedef struct from_cb_s {
+  uvtw_timer_t timer;
+  task_probe_t probe;
+  uvtw_ticket_t *ticket;
+  int rc;
+  uint64_t call_ns;
+} from_cb_t;
+
+static void from_cb_timer_cb(uvtw_timer_t *timer) {
+  from_cb_t *c = timer->data;
+  c->call_ns = uv_hrtime();
+  c->rc = uvtw_schedule(g_fx->wheel, 5, task_probe_cb, &c->probe, &c->ticket);
+}
+
 static void test_loop_thread_keeps_alive(void) {
   fx_t f;
   uvtw_wheel_t *wheel = NULL;
-  task_probe_t forget = {0}, held = {0};
-  uvtw_ticket_t *ticket = NULL;
+  task_probe_t forget = {0};
+  from_cb_t held;
   uvtw_stats_t stats;
 
+  memset(&held, 0, sizeof held);
   if (!fx_open(&f, "keep-alive", NULL))
     return;
   wheel = f.wheel;
   fx_iteration(&f);
   tap_ok(!uv_loop_alive(&f.loop), "keep-alive: an idle wheel does not keep the loop alive");
 
+  /* Outside the wheel's callbacks, a schedule on the loop's thread goes
+   * through the queue like any other thread's: the loop takes it in at its
+   * next poll phase, and only then does the task keep the loop alive (so
+   * here one iteration comes before uv_run(DEFAULT), which may return at
+   * once before that). */
   uv_update_time(&f.loop);
   uint64_t t0 = uv_hrtime();
   EXPECT_ERR(uvtw_schedule(wheel, 30, task_probe_cb, &forget, NULL), 0,
              "keep-alive: fire-and-forget schedule on the loop thread succeeds");
-  tap_ok(uv_loop_alive(&f.loop), "keep-alive: the loop is alive right after the call");
+  uvtw_wheel_stats(wheel, &stats);
+  EXPECT_U64(stats.active, 0,
+             "keep-alive: the task waits in the queue until the loop takes it in (not active)");
+  EXPECT_I64(uvtw_wheel_next_due(wheel), -1, "keep-alive: ...nor seen by next_due");
+  fx_iteration(&f);
   uvtw_wheel_stats(wheel, &stats);
   EXPECT_U64(stats.active, 1,
-             "keep-alive: a loop-thread task goes straight into the wheel (stats.active)");
+             "keep-alive: the loop's next iteration takes the loop-thread task in (stats.active)");
+  tap_ok(uv_loop_alive(&f.loop), "keep-alive: once taken in, it keeps the loop alive");
   /* The task's deadline is uv_hrtime() at the call + 30 ms; next_due counts
    * on uv_now(), which may lag uv_hrtime() (a coarse clock, a slow run). */
   int64_t due = uvtw_wheel_next_due(wheel);
   uint64_t after_ms = uv_hrtime() / 1000000;
   int64_t lag = after_ms > uv_now(&f.loop) ? (int64_t)(after_ms - uv_now(&f.loop)) : 0;
-  if (!tap_ok(due >= 0 && due <= 30 + lag, "keep-alive: next_due sees the loop-thread task at once"))
-    tap_diag("  next_due = %" PRId64 ", expected 0..%" PRId64 " (30 + uv_now's lag)", due, 30 + lag);
+  if (!tap_ok(due >= 0 && due <= 30 + lag,
+              "keep-alive: next_due sees the task once taken in, due 30 ms from the call"))
+    tap_diag("  next_due = %" PRId64 ", expected 0..%" PRId64 " (30 + uv_now's lag)", due,
+             30 + lag);
 
   uv_run(&f.loop, UV_RUN_DEFAULT);
   uint64_t elapsed_ns = uv_hrtime() - t0;
@@ -384,17 +430,28 @@ static void test_loop_thread_keeps_alive(void) {
   if (!tap_ok(elapsed_ns < 2000 * NS_PER_MS, "keep-alive: ...and the loop ended right after it"))
     tap_diag("  uv_run took %.3f ms", elapsed_ns / 1e6);
 
-  EXPECT_ERR(uvtw_schedule(wheel, 5, task_probe_cb, &held, &ticket), 0,
-             "keep-alive: a schedule with a ticket on the loop thread succeeds");
-  tap_ok(uv_loop_alive(&f.loop), "keep-alive: the loop is alive right after that call too");
+  /* From a wheel callback, the task is taken in at the end of the pass and
+   * keeps the loop alive from the call: the timer is the only thing that
+   * keeps the loop alive until then, and uv_run(DEFAULT) goes on to the
+   * task. */
+  uvtw_timer_init(wheel, &held.timer);
+  held.timer.data = &held;
+  EXPECT_ERR(uvtw_timer_start(&held.timer, from_cb_timer_cb, 1, 0), 0,
+             "keep-alive: a wheel timer that schedules a 5 ms task with a ticket is started");
   uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_U64(held.calls, 1,
-             "keep-alive: uv_run(DEFAULT) returned only after the ticketed task ran");
-  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY,
+  EXPECT_ERR(held.rc, 0, "keep-alive: a schedule with a ticket from a wheel callback succeeds");
+  EXPECT_U64(held.probe.calls, 1,
+             "keep-alive: uv_run(DEFAULT) returned only after the task scheduled from the wheel "
+             "callback ran (it kept the loop alive from the call)");
+  EXPECT_U64(held.probe.status, 0, "keep-alive: ...with status 0");
+  if (!tap_ok(held.probe.calls == 1 && held.probe.ran_ns - held.call_ns >= 4 * NS_PER_MS,
+              "keep-alive: ...not before 4 ms after the call"))
+    tap_diag("  it ran after %.3f ms", (held.probe.ran_ns - held.call_ns) / 1e6);
+  EXPECT_ERR(uvtw_ticket_cancel(held.ticket), UV_EALREADY,
              "keep-alive: its cancel afterwards is UV_EALREADY");
-  uvtw_ticket_release(ticket);
+  uvtw_ticket_release(held.ticket);
   uvtw_wheel_stats(wheel, &stats);
-  EXPECT_U64(stats.fired, 2, "keep-alive: stats.fired counts both tasks");
+  EXPECT_U64(stats.fired, 3, "keep-alive: stats.fired counts both tasks and the timer");
   EXPECT_U64(stats.active, 0, "keep-alive: stats.active is 0 after both ran");
   fx_close(&f);
 }
@@ -532,15 +589,19 @@ static void test_cancel_leaves_promptly(void) {
   p->wheel = p->f.wheel;
   fx_iteration(&p->f);
 
-  /* On the loop thread. */
+  /* On the loop thread: the loop takes the task in at its next poll phase
+   * (one iteration), then it is in the wheel. */
   uint64_t before_ms = uv_hrtime() / 1000000;
   EXPECT_ERR(uvtw_schedule(p->wheel, 10000, task_probe_cb, &local, &ticket), 0,
              "prompt: a 10 s task is scheduled on the loop thread");
   uint64_t after_ms = uv_hrtime() / 1000000;
+  fx_iteration(&p->f);
   uvtw_wheel_stats(p->wheel, &stats);
-  EXPECT_U64(stats.active, 1, "prompt: it is in the wheel at once (stats.active)");
+  EXPECT_U64(stats.active, 1,
+             "prompt: the loop's next iteration takes it into the wheel (stats.active)");
   /* The deadline is uv_hrtime() at the call + 10 s; next_due counts from the
-   * loop's cached uv_now(), which lags the call by (call - uv_now). */
+   * loop's cached uv_now() (updated by that iteration), which differs from
+   * the call's time by (call - uv_now). */
   int64_t due = uvtw_wheel_next_due(p->wheel);
   int64_t lag_lo = (int64_t)before_ms - (int64_t)uv_now(&p->f.loop);
   int64_t lag_hi = (int64_t)after_ms - (int64_t)uv_now(&p->f.loop);
@@ -549,6 +610,10 @@ static void test_cancel_leaves_promptly(void) {
     tap_diag("  next_due = %" PRId64, due);
   EXPECT_ERR(uvtw_ticket_cancel(ticket), 0, "prompt: its cancel wins");
   uvtw_ticket_release(ticket);
+  uvtw_wheel_stats(p->wheel, &stats);
+  EXPECT_U64(stats.active, 0,
+             "prompt: a won cancel makes the task inactive at once (stats.active)");
+  /* The loop lets go of it at its next take-in: the uv_run below. */
   uint64_t t0 = uv_hrtime();
   uv_run(&p->f.loop, UV_RUN_DEFAULT);
   uint64_t run_ns = uv_hrtime() - t0;

@@ -101,12 +101,12 @@ static bool used_up(uintptr_t cursor) {
   return (cursor & ~SLAB_MASK) == 0 || (cursor & SLAB_MASK) > SLAB_BLOCKS;
 }
 
-/* `seen` (a cursor value) is used up: puts in `slab` (block 1 next), or,
- * if 0, sets the index back so that failed calls never carry into the
- * address. Another thread may have put in a slab since: that one stays,
+/* `seen` (a cursor value) is used up: replaces it with `slab` (block 1
+ * next), or, if 0, rewinds its index so that failed calls never carry into
+ * the address. Another thread may have put in a slab since: that one stays,
  * even at the same address, since it is not used up. Returns whether
  * `slab` went in. */
-static bool put_in(_Atomic uintptr_t *cursor, uintptr_t seen, uintptr_t slab) {
+static bool replace_used_up(_Atomic uintptr_t *cursor, uintptr_t seen, uintptr_t slab) {
   uintptr_t address = seen & ~SLAB_MASK;
   uintptr_t next = slab != 0 ? slab | 1 : address | (SLAB_BLOCKS + 1);
   while (used_up(seen) && (seen & ~SLAB_MASK) == address)
@@ -130,12 +130,12 @@ void *uvtw__pool_get(pool_t *p, uint64_t timeout) {
       return (char *)(c & ~SLAB_MASK) + (c & SLAB_MASK) * POOL_BLOCK;
     char *slab = slab_take(p);
     if (slab == NULL) {
-      put_in(cursor, c + 1, 0);
+      replace_used_up(cursor, c + 1, 0);
       return NULL;
     }
     atomic_init(GIVEN_BACK(slab), 0);
     atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed); /* before any block is out */
-    if (!put_in(cursor, c + 1, (uintptr_t)slab)) {
+    if (!replace_used_up(cursor, c + 1, (uintptr_t)slab)) {
       atomic_fetch_sub_explicit(&p->refs, 1, memory_order_relaxed);
       slab_drop(p, slab);
     }

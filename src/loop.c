@@ -271,7 +271,13 @@ static void run_pass(uvtw_wheel_t *w, uint64_t now) {
     uvtw__tasks_drain(w);
 }
 
-static void finish_close(uvtw_wheel_t *w);
+/* Once the three handles are closed. */
+static void finish_close(uvtw_wheel_t *w) {
+  if (w->close_cb != NULL)
+    w->close_cb(w, w->close_arg);
+  uvtw__tasks_release(w->shared);
+  free(w);
+}
 
 /* After run_pass: arms the uv_timer_t for the next pass (see the top of
  * this file) and returns true. If a callback closed the wheel, returns
@@ -371,14 +377,6 @@ int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **o
   uv_async_send(&w->async); /* the loop's first iteration runs on_async */
   *out = w;
   return 0;
-}
-
-/* Once the three handles are closed. */
-static void finish_close(uvtw_wheel_t *w) {
-  if (w->close_cb != NULL)
-    w->close_cb(w, w->close_arg);
-  uvtw__tasks_release(w->shared);
-  free(w);
 }
 
 static void on_handle_closed(uv_handle_t *handle) {

@@ -69,7 +69,6 @@ struct uvtw_shared_s {
   /* Set at creation, read-only afterwards. */
   uvtw_wheel_t *wheel;  /* other threads use it only inside the gate */
   uint32_t max_pending; /* 0: unlimited, `pending` not kept */
-  bool manual;
   /* What every call from another thread writes, on cache lines apart from
    * the fields above, which the loop reads for every task. */
   char apart[64];
@@ -105,7 +104,6 @@ int uvtw__tasks_open(uvtw_wheel_t *w, uint32_t max_pending) {
     return UV_ENOMEM;
   sh->wheel = w;
   sh->max_pending = max_pending;
-  sh->manual = w->manual;
   uvtw__mpsc_init(&sh->queue);
   uvtw__pool_init(&sh->pool); /* calloc made the other counters 0 */
   w->shared = sh;
@@ -222,7 +220,7 @@ static void take_in(uvtw_wheel_t *w, uvtw_ticket_t *task) {
       settle(w, task, UV_ECANCELED);
       return;
     }
-    if (task->shared->manual)
+    if (w->manual)
       task->due = uvtw__add_saturating(uvtw__clock_ms(w), task->due);
     uvtw__entry_add(w, &task->entry, uvtw__ticks_up(w, task->due));
     return;
@@ -295,7 +293,7 @@ int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *
   task->entry.cb_ = task_fire;
   task->entry.data = arg;
   task->cb = cb;
-  task->due = sh->manual ? timeout : uvtw__add_saturating(uv_hrtime() / 1000000, timeout);
+  task->due = wheel->manual ? timeout : uvtw__add_saturating(uv_hrtime() / 1000000, timeout);
   task->shared = sh;
   atomic_init(&task->refs, ticket != NULL ? 2 : 1);
   atomic_init(&task->state, TASK_QUEUED);

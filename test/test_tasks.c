@@ -866,6 +866,8 @@ static void test_cancelled_stats(void) {
   for (int i = 0; i < CS_TASKS; i++)
     ran += i != 20 && i != 21 && cs.probes[i].calls != 0;
   EXPECT_U64(ran, 0, "%s: no cancelled task ran", T);
+  EXPECT_ERR(cs_cancel(20), UV_EALREADY, "%s: the tasks that ran cancel with UV_EALREADY", T);
+  EXPECT_ERR(cs_cancel(21), UV_EALREADY, "%s: ... both (their tickets released)", T);
   if (!EXPECT_U64(cs.over, 0, "%s: at every point, stopped + fired <= started", T))
     tap_diag("  first seen: started %" PRIu64 ", stopped %" PRIu64 ", fired %" PRIu64,
              cs.over_at.started, cs.over_at.stopped, cs.over_at.fired);

@@ -35,6 +35,9 @@
  *     filed from another wheel's pass, the uv_timer_t is started no earlier
  *     than the next tick, and a uv_prepare_t, which runs once between two
  *     timer phases, arms it to the earliest deadline for the next iteration.
+ *     A timer phase may come first when a new uv_run begins with one (1.44
+ *     runs one at the end of UV_RUN_ONCE and at the start of the next call):
+ *     the uv_timer_t then only waits another tick.
  *     The wheels of a loop find each other (a ring, made at uvtw_wheel_new)
  *     to tell whether one is in its pass.
  * Everything else follows from using a real uv_timer_t on uv_now(): a
@@ -298,6 +301,10 @@ static bool end_pass(uvtw_wheel_t *w) {
 
 static void on_timer(uv_timer_t *handle) {
   uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, timer);
+  if (w->arming == ARM_WAIT) { /* a timer phase before the prepare phase (a new uv_run) */
+    set_arming(w, ARM_WAIT, now_ticks(w) + 1);
+    return;
+  }
   uint64_t fired = w->stats.fired;
   w->stats.wakeups++;
   run_pass(w, now_ticks(w));

@@ -300,6 +300,53 @@ static void test_self_restart_zero(void) {
   fx_close(&f);
 }
 
+/* A program that drives the loop with uv_run(UV_RUN_ONCE) or
+ * UV_RUN_NOWAIT and does some work between the calls: libuv 1.44 runs a
+ * timer phase at the end of UV_RUN_ONCE and another at the start of the
+ * next call, with no prepare phase between, and libuv 1.45+ UV_RUN_DEFAULT
+ * one before its first iteration. Still one pass per iteration. */
+enum { BOUNDARY_RUNS = 12 };
+
+static struct {
+  fx_t *f;
+  uvtw_timer_t timer;
+  int calls;
+  uint64_t iter[BOUNDARY_RUNS];
+} bd;
+
+static void bd_cb(uvtw_timer_t *timer) {
+  if (bd.calls < BOUNDARY_RUNS)
+    bd.iter[bd.calls] = bd.f->iter;
+  if (++bd.calls < BOUNDARY_RUNS)
+    uvtw_timer_start(timer, bd_cb, 0, 0);
+}
+
+static void run_boundary(uv_run_mode mode, const char *T) {
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(&bd, 0, sizeof bd);
+  bd.f = &f;
+  uvtw_timer_init(f.wheel, &bd.timer);
+  uvtw_timer_start(&bd.timer, bd_cb, 0, 0);
+  for (int k = 0; k < 20 * BOUNDARY_RUNS && bd.calls < BOUNDARY_RUNS; k++) {
+    fx_run(&f, mode);
+    fx_sleep_ms(2); /* the clock moves between two calls */
+  }
+  EXPECT_U64(bd.calls, BOUNDARY_RUNS, "%s: the self-restarting timer ran every time", T);
+  int same = 0;
+  for (int i = 1; i < bd.calls && i < BOUNDARY_RUNS; i++)
+    same += bd.iter[i] == bd.iter[i - 1];
+  EXPECT_U64(same, 0, "%s: never two of its callbacks in one loop iteration", T);
+  fx_close(&f);
+}
+
+static void test_run_boundary(void) {
+  run_boundary(UV_RUN_ONCE, "uv_run(ONCE) calls with work between");
+  run_boundary(UV_RUN_NOWAIT, "uv_run(NOWAIT) calls with work between");
+  run_boundary(UV_RUN_DEFAULT, "uv_run(DEFAULT) calls with work between");
+}
+
 /* ---- 3. Starts from a uv_timer_t that runs after the wheel's pass ---------- */
 
 /* What the wheel holds when its pass ends, before the uv_timer_t runs. */
@@ -634,6 +681,7 @@ static void test_one_pass_per_iteration(void) {
 static const tap_case_t cases[] = {
     TAP_CASE(two_wheels_ping_pong),
     TAP_CASE(self_restart_zero),
+    TAP_CASE(run_boundary),
     TAP_CASE(start_after_pass_twin),
     TAP_CASE(start_after_pass_due_twin),
     TAP_CASE(start_after_pass_later_twin),

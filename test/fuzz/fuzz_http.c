@@ -24,6 +24,9 @@
  *     counts no connection timer armed, and its wheel holds at most its two
  *     own timers (accept retry, shutdown grace);
  *   - no timeout fires before its deadline (the server's early_fires);
+ *   - the server's wheel keeps its invariants: uvtw__check (src/internal.h,
+ *     in builds with -Dchecks) after every step and every move of the
+ *     clock at the shutdown, at the top level (outside its callbacks);
  *   - nothing leaks and nothing is used after it is freed (ASan and LSan in
  *     the libFuzzer build), and uv_loop_close finds nothing open. */
 #include <stdbool.h>
@@ -36,6 +39,9 @@
 #include "fuzz.h"
 #include "http_server.h"
 #include "uvtw.h"
+#ifdef UVTW_CHECKS
+#include "internal.h" /* uvtw__check */
+#endif
 
 enum {
   CLIENTS = 2,
@@ -47,15 +53,15 @@ typedef struct client_s {
   uv_tcp_t tcp;
   uv_connect_t connect_req;
   uv_shutdown_t shutdown_req;
-  bool open;      /* the handle is initialized and not closing */
+  bool open; /* the handle is initialized and not closing */
   bool connected;
-  bool ended;     /* EOF or an error from the server */
-  bool clean_eof; /* the server's EOF, before its shutdown began */
+  bool ended;      /* EOF or an error from the server */
+  bool clean_eof;  /* the server's EOF, before its shutdown began */
   bool sent_head;  /* HEAD was sent: answers may lack their body */
   uint32_t window; /* the last four bytes sent, to see HEAD across writes */
   bool half_closed;
   bool closed; /* the close callback ran */
-  char *data; /* the answers received */
+  char *data;  /* the answers received */
   size_t len, cap;
   size_t total;
 } client_t;
@@ -282,10 +288,24 @@ static void client_half_close(client_t *c) {
 
 /* ---- The server ---------------------------------------------------------------- */
 
-/* No connection open: no connection timer armed, nothing on the wheel but
- * the server's own two timers. */
+/* The invariant checker on the server's wheel (if it has not closed yet),
+ * where the build has it. */
+static void check_wheel(void) {
+#ifdef UVTW_CHECKS
+  uvtw_wheel_t *wheel = http_server_wheel(server);
+  const char *error = wheel != NULL ? uvtw__check(wheel) : NULL;
+  char what[256];
+  if (error != NULL)
+    snprintf(what, sizeof what, "uvtw__check on the server's wheel: %s", error);
+  CHECK(error == NULL, what);
+#endif
+}
+
+/* The wheel's invariants, and with no connection open: no connection timer
+ * armed, nothing on the wheel but the server's own two timers. */
 static void check_timers(void) {
   uvtw_wheel_t *wheel = http_server_wheel(server);
+  check_wheel();
   CHECK(counters->early_fires == 0, "no timeout fires before its deadline");
   if (counters->open != 0 || wheel == NULL)
     return;
@@ -318,6 +338,7 @@ static void server_stop(void) {
   http_server_shutdown(server);
   for (int i = 0; i < 1000; i++) {
     settle();
+    check_wheel();
     uvtw_wheel_t *wheel = http_server_wheel(server);
     if (wheel == NULL)
       break;
@@ -369,7 +390,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     }
     case 4:
-      CHECK(uvtw_wheel_advance_next(wheel) >= UV_EAGAIN, "the server's clock moves to its next timeout");
+      CHECK(uvtw_wheel_advance_next(wheel) >= UV_EAGAIN,
+            "the server's clock moves to its next timeout");
       break;
     case 5:
       client_close(c);

@@ -354,8 +354,9 @@ UVTW_EXTERN uint64_t uvtw_wheel_now(const uvtw_wheel_t *wheel);
  * wheel's time forward by `ms`, running one pass at the current time if
  * something is due, then one at each later time at which something is due,
  * up to and including the new time, which the wheel then keeps. Returns 0.
- * Errors: wheel NULL or on the loop's clock -> UV_EINVAL; called from inside
- * one of this wheel's callbacks -> UV_EBUSY; wheel closing -> UV_ECANCELED.
+ * Errors: wheel NULL or on the loop's clock -> UV_EINVAL; wheel closing ->
+ * UV_ECANCELED (also inside a callback that closed it); called from inside
+ * one of this wheel's callbacks -> UV_EBUSY.
  * Cost: O(entries fired + passes). */
 UVTW_EXTERN int uvtw_wheel_advance(uvtw_wheel_t *wheel, uint64_t ms);
 

@@ -151,7 +151,7 @@ static void set_arming(uvtw_wheel_t *w, enum arming to, uint64_t deadline) {
  * way (see WAIT above). */
 static bool peer_in_pass(const uvtw_wheel_t *w) {
   for (const uvtw_wheel_t *p = w->peer; p != w; p = p->peer)
-    if (p->arming == ARM_IN_PASS)
+    if (p->arming == ARM_IN_PASS && !p->manual) /* a manual pass is no timer phase */
       return true;
   return false;
 }
@@ -706,10 +706,14 @@ const char *uvtw__check(const uvtw_wheel_t *w) {
   const char *error = check_list(w, &w->wheel.expired, c);
   for (unsigned i = 0; i < WHEEL_SLOT_COUNT && error == NULL; i++)
     error = check_list(w, &w->wheel.slots[i], c);
-  if (error != NULL || (error = check_arming(w)) != NULL)
+  if (error != NULL)
     return error;
-  bool may_keep_alive = w->referenced && !w->manual && !uvtw__closing(w);
   INVARIANT(c[0] == w->wheel.count && c[1] == w->unrefs, "the counts disagree with the lists");
+  /* Closed: nothing left, out of the ring, the handles closing (not checked). */
+  INVARIANT(!uvtw__closing(w) || (c[0] == 0 && w->peer == w), "a closed wheel holds on");
+  if (uvtw__closing(w) || (error = check_arming(w)) != NULL)
+    return error != NULL ? error : uvtw__tasks_check(w, linked, c[2], c[3]);
+  bool may_keep_alive = w->referenced && !w->manual;
   /* The handles keep the loop alive as a referenced uv_timer_t would, and
    * before the loop's first iteration for the tasks queued; the uv_prepare_t never. */
   INVARIANT(uv_has_ref((const uv_handle_t *)&w->timer) == (may_keep_alive && c[0] > c[1]),

@@ -53,8 +53,8 @@ static inline uint64_t fuzz_add_saturating(uint64_t a, uint64_t b) {
 #define FUZZ_CHECK(in, cond, what)                                                                 \
   do {                                                                                             \
     if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: check failed at input byte %zu: %s\n", __FILE__, __LINE__,          \
-              (in)->at, (what));                                                                   \
+      fprintf(stderr, "%s:%d: check failed at input byte %zu: %s\n", __FILE__, __LINE__, (in)->at, \
+              (what));                                                                             \
       abort();                                                                                     \
     }                                                                                              \
   } while (0)

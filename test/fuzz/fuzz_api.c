@@ -110,14 +110,6 @@
 #endif
 #define NEAR_ZERO ((uint64_t)1 << 61)
 
-/* An advance from inside one of the wheel's callbacks returns UV_EBUSY,
- * also after a callback of that pass closed the wheel (as before issue 37:
- * inside a callback comes first); 0 expects UV_ECANCELED there, for a
- * library whose close ends the pass's state. */
-#ifndef FUZZ_API_EBUSY_AFTER_CLOSE
-#define FUZZ_API_EBUSY_AFTER_CLOSE 1
-#endif
-
 /* The close makes every timer inactive before any task's callback runs
  * with UV_ECANCELED: "pending timers become inactive", and between the
  * close and its callback a stop is a no-op and what the close drops counts
@@ -613,7 +605,8 @@ static void task_release(task_slot_t *k) {
 
 /* Why an advance must fail: inside a callback, or on a closing wheel. */
 static int advance_refusal(void) {
-  bool busy = m.call != 0 && (FUZZ_API_EBUSY_AFTER_CLOSE || !m.closing);
+  /* Inside a callback UV_EBUSY, unless the wheel is closing (include/uvtw.h). */
+  bool busy = m.call != 0 && !m.closing;
   return busy ? UV_EBUSY : UV_ECANCELED;
 }
 

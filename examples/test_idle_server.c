@@ -135,7 +135,7 @@ static void test_slow(void) {
   int64_t t0 = now_ms();
   int n = send_str(fd, "SLOW 50\n") ? read_line(fd, line, sizeof line, 2000) : -1;
   int64_t took = now_ms() - t0;
-  tap_ok(n >= 0 && strcmp(line, "DONE 50") == 0, "SLOW 50 is answered DONE 50");
+  tap_ok(n >= 0 && strcmp(line, "DONE") == 0, "SLOW 50 is answered DONE");
   tap_ok(took >= 45 && took < 1000, "after %lld ms (50 ms asked)", (long long)took);
   t0 = now_ms();
   n = send_str(fd, "SLOW 5000\n") ? read_line(fd, line, sizeof line, 3000) : -1;

@@ -177,7 +177,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: test_idle_server PATH_TO_IDLE_SERVER\n");
     return 2;
   }
-  if (tap_ok(start_server(argv[1]), "the server prints its port (%d)", port)) {
+  int started = start_server(argv[1]);
+  if (tap_ok(started, "the server prints its port (%d)", port)) {
     test_idle_cut();
     test_active_kept();
     test_slow();

@@ -81,6 +81,8 @@ void uvtw__tasks_close(uvtw_wheel_t *w);
 /* Takes from `active` the tasks another thread cancelled that the loop has
  * not let go of yet. */
 void uvtw__tasks_stats(const uvtw_wheel_t *w, uvtw_stats_t *out);
+/* The bytes the wheel's task blocks hold (pool.c), for tests. */
+uint64_t uvtw__tasks_bytes(const uvtw_wheel_t *w);
 
 #ifdef UVTW_CHECKS
 /* The invariant checker (-Dchecks): NULL, or the invariant that fails.

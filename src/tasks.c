@@ -91,7 +91,6 @@ struct uvtw_ticket_s {
   uvtw_task_cb cb;
   uint64_t due; /* the deadline in ms; on a manual clock the timeout until taken in */
   uvtw_shared_t *shared;
-  bool slabbed; /* its block came from a slab (pool.c) */
 };
 
 _Static_assert(sizeof(uvtw_ticket_t) <= POOL_BLOCK, "a task fits in a block");
@@ -110,14 +109,13 @@ int uvtw__tasks_open(uvtw_wheel_t *w, uint32_t max_pending) {
   return 0;
 }
 
-static void shared_free(uvtw_shared_t *sh) {
-  uvtw__pool_fini(&sh->pool);
-  free(sh);
-}
-
 void uvtw__tasks_release(uvtw_shared_t *sh) {
   if (uvtw__pool_unref(&sh->pool))
-    shared_free(sh);
+    free(sh);
+}
+
+uint64_t uvtw__tasks_bytes(const uvtw_wheel_t *w) {
+  return uvtw__pool_bytes(&w->shared->pool);
 }
 
 void uvtw__tasks_stats(const uvtw_wheel_t *w, uvtw_stats_t *out) {
@@ -164,8 +162,8 @@ static void send_and_leave(uvtw_shared_t *sh, uvtw_ticket_t *task) {
 
 static void free_block(uvtw_ticket_t *task) {
   uvtw_shared_t *sh = task->shared;
-  if (uvtw__pool_put(&sh->pool, task, task->slabbed))
-    shared_free(sh);
+  if (uvtw__pool_put(&sh->pool, task))
+    free(sh);
 }
 
 static void task_unref(uvtw_ticket_t *task) {
@@ -270,7 +268,6 @@ static int task_new(uvtw_shared_t *sh, uint64_t timeout, uvtw_ticket_t **out) {
     pending_put(sh);
     return UV_ENOMEM;
   }
-  (*out)->slabbed = uvtw__pool_slabbed(timeout);
   return 0;
 }
 
@@ -359,7 +356,7 @@ const char *uvtw__tasks_check(const uvtw_wheel_t *w, int64_t linked, uint64_t ta
             "tasks in the wheel without their place under max_pending"); /* each holds one */
   INVARIANT(((atomic_load(&sh->gate) & 1) != 0) == uvtw__closing(w),
             "the queue's gate disagrees with the wheel's closing"); /* it shuts at close */
-  return NULL;
+  return uvtw__pool_check((pool_t *)&sh->pool, uvtw__closing(w));   /* retired at close */
 }
 /* GCOVR_EXCL_STOP */
 #endif

@@ -7,16 +7,19 @@
  * error and leave nothing behind.
  *
  * Memory: this executable links the library's own objects (not the shared
- * library) with -Wl,--wrap=malloc,--wrap=calloc,--wrap=aligned_alloc,
- * --wrap=free, so every allocation the library makes goes through the
- * wrappers below, which fail the allocation a case asks for, and
- * every free through __wrap_free; `live` counts the blocks allocated and
- * not freed, so a leak shows as a count that does not come back. libuv's
+ * library) with -Wl,--wrap=malloc,--wrap=calloc,--wrap=free,--wrap=mmap,
+ * --wrap=mmap64,--wrap=munmap, so every allocation the library makes goes through the
+ * wrappers below, which fail the allocation a case asks for; `live` counts
+ * the blocks allocated and not freed and `mapped` the bytes mapped and not
+ * unmapped, so a leak shows as a count that does not come back. libuv's
  * own allocations are not wrapped (it is a library of its own).
  *
- * A slab (src/pool.c) put in by another call while one is being allocated,
- * as when two threads find the slab used up at once: made by a schedule
- * from inside the wrapped aligned_alloc (test_slab_race).
+ * Task memory (src/pool.c): a slab put in by another call while one is
+ * being mapped, as when two threads find the slab used up at once, made by
+ * a schedule from inside the wrapped mmap (test_slab_race); the bytes the
+ * pool holds, read through its internal counter, bounded by what is alive
+ * whatever order tasks end in (test_memory_follows_alive); a steady flow
+ * of tasks that maps nothing new (test_steady_flow).
  *
  * A caller's mistakes (NULL handles, a timer bound to no wheel) and
  * deadlines that overflow are the remaining cases.
@@ -24,14 +27,17 @@
  * Cases run by name: `meson test -C build failures --test-args memory`. */
 #include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <uv.h>
 
-#include "src/pool.h" /* the slabs' size and how many are kept as spares */
+#include "src/internal.h" /* uvtw__tasks_bytes */
+#include "src/pool.h"     /* the pages' and slabs' sizes, how many pages are cached */
 #include "tap.h"
 #include "uvtw.h"
 
@@ -39,16 +45,22 @@
 
 void *__real_malloc(size_t size);
 void *__real_calloc(size_t count, size_t size);
-void *__real_aligned_alloc(size_t alignment, size_t size);
 void __real_free(void *block);
+/* mmap64 where off_t is 64 bits by _FILE_OFFSET_BITS, as in meson's builds */
+void *__real_mmap(void *address, size_t length, int prot, int flags, int fd, off_t offset);
+void *__real_mmap64(void *address, size_t length, int prot, int flags, int fd, off_t offset);
+int __real_munmap(void *address, size_t length);
 void *__wrap_malloc(size_t size);
 void *__wrap_calloc(size_t count, size_t size);
-void *__wrap_aligned_alloc(size_t alignment, size_t size);
 void __wrap_free(void *block);
+void *__wrap_mmap(void *address, size_t length, int prot, int flags, int fd, off_t offset);
+void *__wrap_mmap64(void *address, size_t length, int prot, int flags, int fd, off_t offset);
+int __wrap_munmap(void *address, size_t length);
 
 static long fail_in = -1; /* allocations to let through before one fails; -1: none fails */
 static long live;         /* blocks allocated through the wrappers, not yet freed */
-static long made;         /* allocations through the wrappers */
+static long made;         /* allocations through the wrappers (mmap's too) */
+static long mapped;       /* bytes mapped through the wrappers, not yet unmapped */
 
 static int allocation_fails(void) {
   made++;
@@ -69,8 +81,13 @@ void *__wrap_calloc(size_t count, size_t size) {
   return block;
 }
 
-/* Set by test_slab_race: the next slab allocation schedules a task on
- * this wheel first. */
+void __wrap_free(void *block) {
+  live -= block != NULL;
+  __real_free(block);
+}
+
+/* Set by test_slab_race: the next mmap schedules a task on this wheel
+ * first. */
 static uvtw_wheel_t *schedule_inside;
 static int inside_ran; /* that task's callbacks with status 0 */
 
@@ -79,19 +96,30 @@ static void on_inside(void *arg, int status) {
   inside_ran += status == 0;
 }
 
-void *__wrap_aligned_alloc(size_t alignment, size_t size) {
+typedef void *map_fn(void *address, size_t length, int prot, int flags, int fd, off_t offset);
+
+static void *wrapped_map(map_fn *real, void *address, size_t length, int prot, int flags, int fd,
+                         off_t offset) {
   uvtw_wheel_t *wheel = schedule_inside;
   schedule_inside = NULL;
   if (wheel != NULL && uvtw_schedule(wheel, 5, on_inside, NULL, NULL) != 0)
-    return NULL;
-  void *block = allocation_fails() ? NULL : __real_aligned_alloc(alignment, size);
-  live += block != NULL;
-  return block;
+    return MAP_FAILED;
+  void *range = allocation_fails() ? MAP_FAILED : real(address, length, prot, flags, fd, offset);
+  mapped += range != MAP_FAILED ? (long)length : 0;
+  return range;
 }
 
-void __wrap_free(void *block) {
-  live -= block != NULL;
-  __real_free(block);
+void *__wrap_mmap(void *address, size_t length, int prot, int flags, int fd, off_t offset) {
+  return wrapped_map(__real_mmap, address, length, prot, flags, fd, offset);
+}
+
+void *__wrap_mmap64(void *address, size_t length, int prot, int flags, int fd, off_t offset) {
+  return wrapped_map(__real_mmap64, address, length, prot, flags, fd, offset);
+}
+
+int __wrap_munmap(void *address, size_t length) {
+  mapped -= (long)length;
+  return __real_munmap(address, length);
 }
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -261,12 +289,12 @@ static void test_memory_schedule(void) {
   uvtw_wheel_t *wheel = NULL;
   uvtw_options_t options = {.max_pending = 1, .manual_clock = 1};
   task_probe_t failed = {0, 0}, scheduled = {0, 0};
-  long live_start = live;
+  long live_start = live, mapped_start = mapped;
   if (!open_wheel(&loop, &options, &wheel, T))
     return;
   uvtw_stats_t before, after;
   uvtw_wheel_stats(wheel, &before);
-  long live_before = live;
+  long live_before = live, mapped_before = mapped;
   uvtw_ticket_t *ticket = SENTINEL_TICKET;
   fail_in = 0;
   int r = uvtw_schedule(wheel, 5, on_task, &failed, &ticket);
@@ -278,9 +306,11 @@ static void test_memory_schedule(void) {
   uvtw_wheel_stats(wheel, &after);
   EXPECT_ERR(r, UV_ENOMEM, "%s: with a ticket: UV_ENOMEM", T);
   EXPECT_ERR(r_forget, UV_ENOMEM, "%s: fire-and-forget: UV_ENOMEM", T);
-  EXPECT_ERR(r_long, UV_ENOMEM, "%s: a timeout of seconds (a malloc'd block): UV_ENOMEM", T);
+  EXPECT_ERR(r_long, UV_ENOMEM, "%s: a timeout of seconds (another class): UV_ENOMEM", T);
   tap_ok(ticket == SENTINEL_TICKET, "%s: *ticket is untouched", T);
-  EXPECT_I64(live, live_before, "%s: nothing is left allocated", T);
+  tap_ok(live == live_before && mapped == mapped_before,
+         "%s: nothing is left allocated or mapped (%ld blocks, %ld bytes)", T, live - live_before,
+         mapped - mapped_before);
   tap_ok(after.started == before.started && after.active == before.active,
          "%s: nothing is counted as started or active", T);
   EXPECT_I64(uvtw_wheel_next_due(wheel), -1, "%s: nothing is pending", T);
@@ -293,73 +323,136 @@ static void test_memory_schedule(void) {
   if (ticket != SENTINEL_TICKET)
     uvtw_ticket_release(ticket);
   close_all(&loop, wheel, T);
-  EXPECT_I64(live, live_start, "%s: the closed wheel leaves nothing allocated", T);
+  tap_ok(live == live_start && mapped == mapped_start,
+         "%s: the closed wheel leaves nothing allocated or mapped", T);
 }
 
-/* Two calls find the slab of their timeout class used up (here: none yet)
- * at once: the one that puts its new slab in second keeps it as a spare and
- * takes a block of the other's. Both tasks run; nothing is left allocated. */
+/* Two calls find the page of their timeout class used up (here: none yet)
+ * and the slab too, at once: the one that maps a slab second unmaps it,
+ * and the one that puts a page in second caches it and takes a block of
+ * the other's page. Both tasks run; nothing is left mapped. */
 static void test_slab_race(void) {
   const char *T = "slab race";
   uv_loop_t loop;
   uvtw_wheel_t *wheel = NULL;
   uvtw_options_t options = {.manual_clock = 1};
   task_probe_t outer = {0, 0};
-  long live_start = live;
+  long mapped_start = mapped;
   if (!open_wheel(&loop, &options, &wheel, T))
     return;
-  long live_before = live, made_before = made;
+  long made_before = made;
   inside_ran = 0;
   schedule_inside = wheel;
   EXPECT_ERR(uvtw_schedule(wheel, 5, on_task, &outer, NULL), 0,
-             "%s: a schedule whose slab allocation is overtaken succeeds", T);
-  EXPECT_I64(made - made_before, 2, "%s: two slabs were allocated", T);
-  EXPECT_I64(live - live_before, 2, "%s: the one put in second is kept as a spare", T);
+             "%s: a schedule whose slab is overtaken succeeds", T);
+  EXPECT_I64(made - made_before, 2, "%s: two slabs were mapped", T);
+  EXPECT_I64(mapped - mapped_start, POOL_SLAB, "%s: the one mapped second was unmapped", T);
+  EXPECT_U64(uvtw__tasks_bytes(wheel), 3 * POOL_PAGE,
+             "%s: held: the page in use, the one put in second (cached), the slab's header", T);
   EXPECT_ERR(uvtw_wheel_advance(wheel, 10), 0, "%s: the clock moves past the deadlines", T);
   tap_ok(outer.calls == 1 && outer.status == 0 && inside_ran == 1,
          "%s: both tasks ran once (outer %d, inside %d)", T, outer.calls, inside_ran);
   close_all(&loop, wheel, T);
-  EXPECT_I64(live, live_start, "%s: the closed wheel leaves nothing allocated", T);
+  EXPECT_I64(mapped, mapped_start, "%s: the closed wheel leaves nothing mapped", T);
 }
 
-/* Slabs go back once their tasks have ended and their tickets been
- * released, beyond the POOL_SPARES empty ones kept for reuse: 12 slabs'
- * worth of tasks of one timeout class, the first with a ticket kept, and
- * a task of seconds, which has a malloc'd block. */
-static void test_slabs_given_back(void) {
-  const char *T = "slabs given back";
-  enum { SLABS = POOL_SPARES + 4, PER_SLAB = POOL_SLAB / POOL_BLOCK - 1 };
+/* What the pool holds whatever is alive: a page being filled per timeout
+ * class, the cached pages, and the header page of the slab being carved. */
+#define FIXED_BYTES ((uint64_t)(POOL_CLASSES + POOL_CACHED + 1) * POOL_PAGE)
+#define SURVIVOR_BYTES 8192u /* at most: its page and its slab's header page */
+
+enum survivor { PENDING, TICKET_KEPT, CANCEL_QUEUED };
+static const char *const survivor_name[] = {"pending", "ran, ticket kept",
+                                            "cancelled, not let go of"};
+
+/* 8 x 2,047 tasks of `timeout` ms, every `n`th a survivor of kind `kind`,
+ * the others ended (cancelled, or run, and released): the pool's bytes
+ * with the survivors alive, and once they have ended too. */
+static void survivors_case(enum survivor kind, int n, uint64_t timeout) {
+  enum { TASKS = 8 * 2047 };
+  static uvtw_ticket_t *tickets[TASKS];
+  const char *T = "memory follows what is alive";
   uv_loop_t loop;
   uvtw_wheel_t *wheel = NULL;
   uvtw_options_t options = {.manual_clock = 1};
   task_probe_t probe = {0, 0};
-  long live_start = live;
+  long mapped_start = mapped;
   if (!open_wheel(&loop, &options, &wheel, T))
     return;
-  long live_before = live, made_before = made;
-  uvtw_ticket_t *kept = NULL;
   int failures = 0;
-  for (int i = 0; i < SLABS * PER_SLAB; i++)
-    failures += uvtw_schedule(wheel, 5, on_task, &probe, i == 0 ? &kept : NULL) != 0;
-  failures += uvtw_schedule(wheel, 5000, on_task, &probe, NULL) != 0;
-  EXPECT_I64(failures, 0, "%s: %d tasks of 5 ms and one of 5 s scheduled", T, SLABS * PER_SLAB);
-  EXPECT_I64(made - made_before, SLABS + 1, "%s: %d slabs and one malloc'd block", T, SLABS);
-  EXPECT_ERR(uvtw_wheel_advance(wheel, 10), 0, "%s: the clock moves past the 5 ms tasks", T);
-  EXPECT_I64(probe.calls, SLABS * PER_SLAB, "%s: they all ran", T);
-  EXPECT_I64(live - live_before, 1 + POOL_SPARES + 1,
-             "%s: left: the first slab (its ticket is kept), %d spares, the 5 s task", T,
-             POOL_SPARES);
-  uvtw_ticket_release(kept);
-  EXPECT_I64(live - live_before, POOL_SPARES + 1, "%s: the ticket released, its slab went back", T);
-  EXPECT_ERR(uvtw_wheel_advance(wheel, 5000), 0, "%s: the clock moves past the 5 s task", T);
-  EXPECT_I64(live - live_before, POOL_SPARES, "%s: the 5 s task's block went back once it ran", T);
-  made_before = made;
-  for (int i = 0; i < POOL_SPARES * PER_SLAB; i++)
-    failures += uvtw_schedule(wheel, 5, on_task, &probe, NULL) != 0;
-  EXPECT_I64(failures, 0, "%s: %d slabs' worth of tasks again", T, POOL_SPARES);
-  EXPECT_I64(made - made_before, 0, "%s: they took the spares: nothing was allocated", T);
+  for (int i = 0; i < TASKS; i++)
+    failures += uvtw_schedule(wheel, timeout, on_task, &probe, &tickets[i]) != 0;
+  failures += uvtw_wheel_advance(wheel, 0) != 0; /* takes them in */
+  uint64_t survivors = (TASKS + (uint64_t)n - 1) / (uint64_t)n;
+  for (int i = 0; i < TASKS; i++)
+    if (i % n != 0) { /* the tasks around the survivors end */
+      if (kind != TICKET_KEPT)
+        failures += uvtw_ticket_cancel(tickets[i]) != 0;
+      uvtw_ticket_release(tickets[i]);
+    }
+  failures += uvtw_wheel_advance(wheel, kind == TICKET_KEPT ? timeout + 1 : 0) != 0;
+  for (int i = 0; kind == CANCEL_QUEUED && i < TASKS; i += n)
+    failures += uvtw_ticket_cancel(tickets[i]) != 0; /* the loop has not read these yet */
+  uint64_t held = uvtw__tasks_bytes(wheel);
+  tap_ok(failures == 0 && held <= survivors * SURVIVOR_BYTES + FIXED_BYTES,
+         "%s: %s, one in %d of %d tasks of %" PRIu64 " ms: %" PRIu64 " bytes for %" PRIu64
+         " survivors (at most %u each + %" PRIu64 ")",
+         T, survivor_name[kind], n, TASKS, timeout, held, survivors, SURVIVOR_BYTES, FIXED_BYTES);
+  for (int i = 0; i < TASKS; i += n) {
+    if (kind == PENDING)
+      failures += uvtw_ticket_cancel(tickets[i]) != 0;
+    uvtw_ticket_release(tickets[i]);
+  }
+  failures += uvtw_wheel_advance(wheel, 0) != 0; /* lets go of the cancelled ones */
+  held = uvtw__tasks_bytes(wheel);
+  tap_ok(failures == 0 && held <= FIXED_BYTES,
+         "%s: %s, one in %d, %" PRIu64 " ms: once the survivors ended, %" PRIu64
+         " bytes (at most %" PRIu64 ")",
+         T, survivor_name[kind], n, timeout, held, FIXED_BYTES);
   close_all(&loop, wheel, T);
-  EXPECT_I64(live, live_start, "%s: the closed wheel leaves nothing allocated", T);
+  EXPECT_I64(mapped, mapped_start, "%s: the closed wheel leaves nothing mapped", T);
+}
+
+/* The pool holds at most 8 KiB per task alive plus a fixed part, whatever
+ * kind of survivor (pending, run with its ticket kept, cancelled with the
+ * cancel not yet read by the loop), one in 1, 64 or 2,047, with timeouts
+ * under and over a second; and only the fixed part once they ended. */
+static void test_memory_follows_alive(void) {
+  static const int every[] = {1, 64, 2047};
+  static const uint64_t timeouts[] = {5, 5000};
+  for (int kind = PENDING; kind <= CANCEL_QUEUED; kind++)
+    for (size_t i = 0; i < sizeof every / sizeof every[0]; i++)
+      for (size_t t = 0; t < sizeof timeouts / sizeof timeouts[0]; t++)
+        survivors_case((enum survivor)kind, every[i], timeouts[t]);
+}
+
+/* A steady flow maps nothing new: 200 rounds of 1,000 tasks of 5 ms, each
+ * round run before the next; after the first, the pages come from the
+ * cache (a round may take a page or two more than the first, as its tasks
+ * fall on pages otherwise), and the pool holds no more after round 200
+ * than after round 10. */
+static void test_steady_flow(void) {
+  const char *T = "steady flow";
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel = NULL;
+  uvtw_options_t options = {.manual_clock = 1};
+  task_probe_t probe = {0, 0};
+  if (!open_wheel(&loop, &options, &wheel, T))
+    return;
+  int failures = 0;
+  long made_first = 0;
+  uint64_t held_tenth = 0;
+  for (int round = 0; round < 200; round++) {
+    for (int i = 0; i < 1000; i++)
+      failures += uvtw_schedule(wheel, 5, on_task, &probe, NULL) != 0;
+    failures += uvtw_wheel_advance(wheel, 10) != 0;
+    made_first = round == 0 ? made : made_first;
+    held_tenth = round == 9 ? uvtw__tasks_bytes(wheel) : held_tenth;
+  }
+  tap_ok(failures == 0 && probe.calls == 200000, "%s: 200,000 tasks ran", T);
+  EXPECT_I64(made - made_first, 0, "%s: nothing was mapped after the first round", T);
+  EXPECT_U64(uvtw__tasks_bytes(wheel), held_tenth, "%s: the pool holds as after round 10", T);
+  close_all(&loop, wheel, T);
 }
 
 /* ---- a caller's mistakes, overflowing deadlines --------------------------- */
@@ -453,8 +546,8 @@ int main(int argc, char **argv) {
   static const tap_case_t cases[] = {
       TAP_CASE(descriptors_exhausted), TAP_CASE(memory_wheel_new),
       TAP_CASE(memory_schedule),       TAP_CASE(slab_race),
-      TAP_CASE(slabs_given_back),      TAP_CASE(caller_mistakes),
-      TAP_CASE(deadline_overflow),
+      TAP_CASE(memory_follows_alive),  TAP_CASE(steady_flow),
+      TAP_CASE(caller_mistakes),       TAP_CASE(deadline_overflow),
   };
   tap_diag("libuv %s, uvtw %s", uv_version_string(), uvtw_version_string());
   return tap_run_cases(argc, argv, cases, sizeof cases / sizeof cases[0]);

@@ -601,6 +601,171 @@ static void measure_memory(uint64_t total) {
   free(run);
 }
 
+/* ---- Memory held by survivors ------------------------------------------------ */
+
+/* One survivor per N tasks, the rest ended: what the library keeps for
+ * the survivors is RSS growth. The loop runs on a thread of its own, so
+ * that this thread can measure while the loop is blocked in a callback. */
+enum survivor { SURVIVOR_PENDING, SURVIVOR_TICKET, SURVIVOR_CANCELLED, SURVIVOR_KINDS };
+static const char *const survivor_name[SURVIVOR_KINDS] = {"pending", "ran, ticket kept",
+                                                          "cancelled, loop blocked"};
+
+typedef struct survivors_s {
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel;
+  uv_async_t stop;
+  uv_thread_t thread;
+  uv_sem_t signal;  /* a barrier task ran, or the blocking task began */
+  uv_sem_t unblock; /* lets the blocking task return */
+  _Atomic uint64_t ran;
+} survivors_t;
+
+static void survivor_ran(void *arg, int status) {
+  survivors_t *s = arg;
+  if (status == 0)
+    atomic_fetch_add(&s->ran, 1);
+}
+
+static void survivor_signal(void *arg, int status) {
+  (void)status;
+  uv_sem_post(&((survivors_t *)arg)->signal);
+}
+
+static void survivor_block(void *arg, int status) {
+  survivors_t *s = arg;
+  (void)status;
+  uv_sem_post(&s->signal);
+  uv_sem_wait(&s->unblock);
+}
+
+static void survivors_stop(uv_async_t *async) {
+  survivors_t *s = async->data;
+  uvtw_wheel_close(s->wheel, NULL, NULL);
+  uv_close((uv_handle_t *)&s->stop, close_nothing);
+}
+
+static void survivors_loop(void *arg) {
+  uv_run(&((survivors_t *)arg)->loop, UV_RUN_DEFAULT);
+}
+
+/* Waits until the loop has read everything queued before. */
+static void survivors_barrier(survivors_t *s) {
+  if (uvtw_schedule(s->wheel, 0, survivor_signal, s, NULL) != 0)
+    die("uvtw_schedule", 0);
+  uv_sem_wait(&s->signal);
+}
+
+#ifdef __GLIBC__
+#include <malloc.h>
+/* Bytes glibc's malloc holds: in use, and free but kept. */
+static void malloc_held(double *in_use, double *kept) {
+  struct mallinfo2 m = mallinfo2();
+  *in_use = (double)m.uordblks + (double)m.hblkhd;
+  *kept = (double)m.fordblks;
+}
+#else
+static void malloc_held(double *in_use, double *kept) {
+  *in_use = *kept = 0;
+}
+#endif
+
+typedef struct held_s {
+  double rss, malloc_in_use, malloc_kept; /* MiB */
+} held_t;
+
+static held_t held_now(void) {
+  held_t h;
+  malloc_held(&h.malloc_in_use, &h.malloc_kept);
+  h.rss = rss_mib();
+  h.malloc_in_use /= 1024.0 * 1024.0;
+  h.malloc_kept /= 1024.0 * 1024.0;
+  return h;
+}
+
+/* `total` tasks of `timeout` ms from this thread, with tickets; every
+ * `every`th survives as `kind`, the others end. Prints the growth with the
+ * survivors alive and once they ended too. */
+static void survivors_case(uvtw_ticket_t **tickets, uint64_t total, uint64_t every,
+                           uint64_t timeout, enum survivor kind) {
+  survivors_t *s = calloc(1, sizeof *s);
+  if (s == NULL || uv_loop_init(&s->loop) != 0 || uvtw_wheel_new(&s->loop, NULL, &s->wheel) != 0 ||
+      uv_async_init(&s->loop, &s->stop, survivors_stop) != 0 || uv_sem_init(&s->signal, 0) != 0 ||
+      uv_sem_init(&s->unblock, 0) != 0)
+    die("survivors: setup", 0);
+  s->stop.data = s;
+  if (uv_thread_create(&s->thread, survivors_loop, s) != 0)
+    die("uv_thread_create", 0);
+  survivors_barrier(s);
+  held_t before = held_now();
+  for (uint64_t i = 0; i < total; i++)
+    if (uvtw_schedule(s->wheel, timeout, survivor_ran, s, &tickets[i]) != 0)
+      die("uvtw_schedule", 0);
+  uint64_t survivors = (total + every - 1) / every;
+  for (uint64_t i = 0; i < total; i++)
+    if (i % every != 0) {
+      if (kind != SURVIVOR_TICKET)
+        uvtw_ticket_cancel(tickets[i]);
+      uvtw_ticket_release(tickets[i]);
+    }
+  if (kind == SURVIVOR_TICKET)
+    while (atomic_load(&s->ran) < total)
+      uv_sleep(10);
+  survivors_barrier(s);
+  if (kind == SURVIVOR_CANCELLED) {
+    if (uvtw_schedule(s->wheel, 0, survivor_block, s, NULL) != 0)
+      die("uvtw_schedule", 0);
+    uv_sem_wait(&s->signal); /* the loop is blocked in survivor_block */
+    for (uint64_t i = 0; i < total; i += every)
+      uvtw_ticket_cancel(tickets[i]);
+  }
+  held_t alive = held_now();
+  if (kind == SURVIVOR_CANCELLED)
+    uv_sem_post(&s->unblock);
+  for (uint64_t i = 0; i < total; i += every) {
+    if (kind == SURVIVOR_PENDING)
+      uvtw_ticket_cancel(tickets[i]);
+    uvtw_ticket_release(tickets[i]);
+  }
+  survivors_barrier(s);
+  held_t ended = held_now();
+  double growth = alive.rss - before.rss;
+  double bound = (double)survivors * 8.0 / 1024.0 + 8.0;
+  printf("  %-24s  %5" PRIu64 "  %7" PRIu64 "  %8" PRIu64 "  %9.1f  %10.2f  %9.1f  %9.1f  %9.1f  "
+         "%9.1f\n",
+         survivor_name[kind], timeout, every, survivors, growth,
+         growth * 1024.0 / (double)survivors, bound, alive.malloc_in_use - before.malloc_in_use,
+         alive.malloc_kept - before.malloc_kept, ended.rss - before.rss);
+  uv_async_send(&s->stop);
+  uv_thread_join(&s->thread);
+  if (uv_loop_close(&s->loop) != 0)
+    die("uv_loop_close", UV_EBUSY);
+  uv_sem_destroy(&s->signal);
+  uv_sem_destroy(&s->unblock);
+  free(s);
+}
+
+static void measure_survivors(uint64_t total) {
+  static const uint64_t every[] = {1, 64, 2047, 4096};
+  static const uint64_t timeouts[] = {500, 1500};
+  uvtw_ticket_t **tickets = malloc(total * sizeof *tickets);
+  if (tickets == NULL)
+    die("malloc", UV_ENOMEM);
+  memset(tickets, 0xff, total * sizeof *tickets); /* resident before "before" */
+  printf("\nmemory held by survivors: %" PRIu64
+         " tasks with tickets from one thread, one in N survives, the others end\n"
+         "  growth: RSS with the survivors alive - RSS before the tasks (MiB); bound: 8 KiB per\n"
+         "  survivor + 8 MiB; malloc: glibc's heap in use and kept free (growth, MiB); ended:\n"
+         "  RSS growth once the survivors ended too (MiB). One run of each.\n\n",
+         total);
+  printf("  %-24s  %5s  %7s  %8s  %9s  %10s  %9s  %9s  %9s  %9s\n", "survivor", "ms", "N",
+         "survivors", "growth", "KiB/surv.", "bound", "malloc", "kept", "ended");
+  for (int kind = 0; kind < SURVIVOR_KINDS; kind++)
+    for (size_t t = 0; t < sizeof timeouts / sizeof timeouts[0]; t++)
+      for (size_t e = 0; e < sizeof every / sizeof every[0]; e++)
+        survivors_case(tickets, total, every[e], timeouts[t], (enum survivor)kind);
+  free(tickets);
+}
+
 /* ---- Report ------------------------------------------------------------------- */
 
 static int compare_double(const void *a, const void *b) {
@@ -749,6 +914,7 @@ int main(int argc, char **argv) {
   printf("bench_tasks: uvtw %s, libuv %s, %d CPUs%s\n", uvtw_version_string(), uv_version_string(),
          ncpus, quick ? ", --quick" : "");
   measure_memory(quick ? 100000 : 1000000);
+  measure_survivors(quick ? 100000 : 1000000);
 
   printf("\nthroughput: %" PRIu64 " tasks per run shared by the producers, timeouts 0..%d ms, "
          "median of %d interleaved runs (min-max)\n",

@@ -1,33 +1,36 @@
 /* Task blocks: 128-byte blocks carved in order from 4 KiB pages, which are
- * carved in order from 256 KiB slabs.
+ * carved in order from 256 KiB slabs, one page and one slab being filled
+ * per timeout class (powers of two): tasks that share a page or a slab were
+ * scheduled at about the same time with about the same timeout, so they
+ * end at about the same time.
  *
- * Memory follows what is alive. A page goes back to the system (madvise
- * MADV_DONTNEED: it leaves the process's resident memory at once) as soon
- * as its 31 blocks have all been given back, and a slab's address range is
- * unmapped once its 63 pages have. So a task that lives long (pending,
- * cancelled and not yet let go of, or its ticket unreleased) keeps its page
- * and its slab's header page, 8 KiB, and nothing of the tasks around it
- * that ended. Up to POOL_CACHED empty pages are kept for reuse instead, so
- * that a steady flow of tasks takes no system call and no page fault.
+ * Memory follows what is alive. A slab whose 63 pages are all empty
+ * becomes a spare (up to POOL_SPARES of them) or is unmapped: one system
+ * call for 1,953 tasks. An empty page in a slab still in use is kept, up
+ * to POOL_IDLE such pages in all, since the pages around it usually empty
+ * soon after; beyond that budget it goes back to the system at once
+ * (madvise MADV_DONTNEED: it leaves the process's resident memory). So a
+ * task that lives long (pending, cancelled and not yet let go of, or its
+ * ticket unreleased) holds its page and its slab's header page, 8 KiB,
+ * beyond a fixed part: the spares, the budget, and the slab each class is
+ * carving.
  *
  * Why not malloc: the loop frees the blocks producers allocate, so a
  * producer's malloc finds its thread's caches empty, and glibc keeps freed
  * small blocks in its own lists: one live block among freed ones keeps
  * their memory in the process for good.
  *
- * Any thread takes a block with one atomic add on its class's cursor: the
- * page's address (pages are aligned to their size) plus the index of its
- * next block. A page is filled again only once it is empty: a block is
+ * Any thread takes a block with one atomic add on its class's page cursor:
+ * the page's address (pages are aligned to their size) plus the index of
+ * its next block. A page is filled again only once it is empty: a block is
  * never handed to one thread while another still holds it. The thread that
- * finds a page used up puts in another: a cached one, or the next page of
- * the slab being carved, taken with the same atomic add one level up, or a
- * page of a new slab. Header unit 0 of a page or slab counts the units
- * given back. Tasks share a page only with tasks of the same timeout class
- * (powers of two), taken at about the same time, so they end at about the
- * same time.
+ * finds a page used up puts in the next page of its class's slab, taken
+ * with the same atomic add one level up, or a page of a new slab (a spare
+ * one if there is). Unit 0 of a page or slab is its header, which counts
+ * the units given back.
  *
- * On Windows, pages are not given back one by one: a slab goes back once
- * all its pages have.
+ * On Windows, empty pages are not given back one by one: a slab goes back
+ * once all its pages have.
  */
 #define _DEFAULT_SOURCE 1 /* madvise and MAP_ANONYMOUS, with -std=c11 */
 
@@ -42,8 +45,16 @@
 
 #define PAGE ((uintptr_t)POOL_PAGE)
 #define SLAB ((uintptr_t)POOL_SLAB)
-#define POOL_CLOSED ((void *)1) /* a cache slot once the pool is retired */
-#define GIVEN_BACK(region) ((_Atomic uint32_t *)(void *)(region))
+#define POOL_CLOSED ((void *)1) /* a spare slot once the pool is retired */
+
+/* Unit 0 of a page or a slab. */
+typedef struct header_s {
+  _Atomic uint32_t back;     /* units given back */
+  _Atomic uint32_t idle;     /* a slab's: its empty pages counted in the pool's idle */
+  _Atomic uint32_t returned; /* a slab's: its pages given back to the system */
+} header_t;
+
+#define HEADER(region) ((header_t *)(void *)(region))
 
 /* A region hands out its units 1..last in order; unit 0 is its header. A
  * cursor is the region's address | the index of its next unit; 0: none. */
@@ -54,7 +65,7 @@ typedef struct shape_s {
 static const shape_t PAGE_SHAPE = {PAGE, POOL_BLOCK, PAGE / POOL_BLOCK - 1};
 static const shape_t SLAB_SHAPE = {SLAB, PAGE, SLAB / PAGE - 1};
 
-_Static_assert(POOL_PAGE >= 2 * POOL_BLOCK && POOL_SLAB >= 2 * POOL_PAGE, "units and headers");
+_Static_assert(sizeof(header_t) <= POOL_BLOCK && POOL_SLAB >= 2 * POOL_PAGE, "units and headers");
 
 #ifdef _WIN32
 #include <malloc.h>
@@ -87,12 +98,14 @@ static char *slab_map(void) {
 
 void uvtw__pool_init(pool_t *p) {
   atomic_init(&p->refs, 1);
-  atomic_init(&p->pages, 0);
-  atomic_init(&p->slab, 0);
-  for (unsigned i = 0; i < POOL_CLASSES; i++)
-    atomic_init(&p->cursor[i], 0);
-  for (unsigned i = 0; i < POOL_CACHED; i++)
-    atomic_init(&p->cached[i], NULL);
+  atomic_init(&p->idle, 0);
+  atomic_init(&p->returned, 0);
+  for (unsigned i = 0; i < POOL_CLASSES; i++) {
+    atomic_init(&p->page[i], 0);
+    atomic_init(&p->slab[i], 0);
+  }
+  for (unsigned i = 0; i < POOL_SPARES; i++)
+    atomic_init(&p->spare[i], NULL);
 }
 
 bool uvtw__pool_unref(pool_t *p) {
@@ -100,8 +113,12 @@ bool uvtw__pool_unref(pool_t *p) {
 }
 
 uint64_t uvtw__pool_bytes(pool_t *p) {
-  uint32_t slabs = atomic_load(&p->refs) - 1; /* the owner's reference aside */
-  return ((uint64_t)atomic_load(&p->pages) + slabs) * PAGE;
+  uint64_t slabs = atomic_load(&p->refs) - 1; /* the owner's reference aside */
+  for (unsigned i = 0; i < POOL_SPARES; i++) {
+    void *spare = atomic_load(&p->spare[i]);
+    slabs += spare != NULL && spare != POOL_CLOSED;
+  }
+  return slabs * SLAB - (uint64_t)atomic_load(&p->returned) * PAGE;
 }
 
 /* ---- regions: pages of blocks, slabs of pages -------------------------------- */
@@ -136,66 +153,83 @@ static bool replace_used_up(shape_t s, _Atomic uintptr_t *cursor, uintptr_t seen
 
 /* Counts `n` units of `region` given back; true if they were its last. */
 static bool all_back(shape_t s, char *region, uint32_t n) {
-  return atomic_fetch_add_explicit(GIVEN_BACK(region), n, memory_order_acq_rel) + n == s.last;
+  return atomic_fetch_add_explicit(&HEADER(region)->back, n, memory_order_acq_rel) + n == s.last;
+}
+
+/* Takes a slab's pages given back to the system off the pool's count: it
+ * is unmapped, or about to be written again. */
+static void forget_returned(pool_t *p, char *slab) {
+  atomic_fetch_sub_explicit(&p->returned, atomic_load(&HEADER(slab)->returned),
+                            memory_order_relaxed);
 }
 
 /* Counts `n` pages of `slab` given back; if they were its last, the slab
- * is unmapped. Returns true if it held the pool's last reference. */
+ * becomes a spare or is unmapped. Returns true if it held the pool's last
+ * reference. */
 static bool slab_back(pool_t *p, char *slab, uint32_t n) {
   if (!all_back(SLAB_SHAPE, slab, n))
     return false;
-  slab_unmap(slab);
+  atomic_fetch_sub_explicit(&p->idle, atomic_load(&HEADER(slab)->idle), memory_order_relaxed);
+  bool spared = false;
+  for (unsigned i = 0; i < POOL_SPARES && !spared; i++) {
+    void *none = NULL;
+    spared = atomic_compare_exchange_strong_explicit(&p->spare[i], &none, slab,
+                                                     memory_order_release, memory_order_relaxed);
+  }
+  if (!spared) {
+    forget_returned(p, slab);
+    slab_unmap(slab);
+  }
   return uvtw__pool_unref(p);
 }
 
-/* An empty page goes back to the system, and counts in its slab. */
+/* An empty page is kept in its slab while the pool keeps fewer than
+ * POOL_IDLE such pages, or goes back to the system; either way it counts
+ * in its slab. */
 static bool page_back(pool_t *p, char *page) {
-  page_unmap(page);
-  atomic_fetch_sub_explicit(&p->pages, 1, memory_order_relaxed);
-  return slab_back(p, region_of(SLAB_SHAPE, (uintptr_t)page), 1);
-}
-
-/* An empty page is cached for reuse, or goes back if the cache is full or
- * closed. */
-static bool page_drop(pool_t *p, char *page) {
-  for (unsigned i = 0; i < POOL_CACHED; i++) {
-    void *none = NULL;
-    if (atomic_load_explicit(&p->cached[i], memory_order_relaxed) == NULL &&
-        atomic_compare_exchange_strong_explicit(&p->cached[i], &none, page, memory_order_release,
-                                                memory_order_relaxed))
-      return false;
+  char *slab = region_of(SLAB_SHAPE, (uintptr_t)page);
+  if (atomic_fetch_add_explicit(&p->idle, 1, memory_order_relaxed) < POOL_IDLE) {
+    atomic_fetch_add_explicit(&HEADER(slab)->idle, 1, memory_order_relaxed);
+  } else {
+    atomic_fetch_sub_explicit(&p->idle, 1, memory_order_relaxed);
+    page_unmap(page);
+    atomic_fetch_add_explicit(&HEADER(slab)->returned, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->returned, 1, memory_order_relaxed);
   }
-  return page_back(p, page);
+  return slab_back(p, slab, 1);
 }
 
-/* A new slab, holding a reference to the pool from before any page is out. */
+/* An empty slab holding a reference to the pool from before any page is
+ * out: a spare, or a new one; NULL if out of memory. */
 static char *slab_new(pool_t *p) {
-  char *slab = slab_map();
-  if (slab == NULL)
+  char *slab = NULL;
+  for (unsigned i = 0; i < POOL_SPARES && slab == NULL; i++) {
+    void *spare = atomic_load_explicit(&p->spare[i], memory_order_relaxed);
+    if (spare != NULL && spare != POOL_CLOSED &&
+        atomic_compare_exchange_strong_explicit(&p->spare[i], &spare, NULL, memory_order_acquire,
+                                                memory_order_relaxed))
+      slab = spare;
+  }
+  if (slab != NULL)
+    forget_returned(p, slab); /* those pages come back as they are written */
+  else if ((slab = slab_map()) == NULL)
     return NULL;
-  atomic_init(GIVEN_BACK(slab), 0);
+  atomic_init(&HEADER(slab)->back, 0);
+  atomic_init(&HEADER(slab)->idle, 0);
+  atomic_init(&HEADER(slab)->returned, 0);
   atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
   return slab;
 }
 
-/* A cached page, or the next page of the slab being carved (of a new slab
- * when that one is used up); NULL if out of memory. */
-static char *page_new(pool_t *p) {
-  for (unsigned i = 0; i < POOL_CACHED; i++) {
-    void *page = atomic_load_explicit(&p->cached[i], memory_order_relaxed);
-    if (page != NULL && page != POOL_CLOSED &&
-        atomic_compare_exchange_strong_explicit(&p->cached[i], &page, NULL, memory_order_acquire,
-                                                memory_order_relaxed))
-      return page;
-  }
+/* The next page of class `k`'s slab, of a new slab when that one is used
+ * up; NULL if out of memory. */
+static char *page_new(pool_t *p, unsigned k) {
   for (;;) {
-    uintptr_t c = atomic_fetch_add_explicit(&p->slab, 1, memory_order_acquire);
-    if (!used_up(SLAB_SHAPE, c)) {
-      atomic_fetch_add_explicit(&p->pages, 1, memory_order_relaxed);
+    uintptr_t c = atomic_fetch_add_explicit(&p->slab[k], 1, memory_order_acquire);
+    if (!used_up(SLAB_SHAPE, c))
       return region_of(SLAB_SHAPE, c) + index_of(SLAB_SHAPE, c) * PAGE;
-    }
     char *slab = slab_new(p);
-    if (!replace_used_up(SLAB_SHAPE, &p->slab, c + 1, slab) && slab != NULL)
+    if (!replace_used_up(SLAB_SHAPE, &p->slab[k], c + 1, slab) && slab != NULL)
       slab_back(p, slab, SLAB_SHAPE.last); /* another thread's went in: never the last reference */
     if (slab == NULL)
       return NULL;
@@ -204,16 +238,16 @@ static char *page_new(pool_t *p) {
 
 void *uvtw__pool_get(pool_t *p, uint64_t timeout) {
   unsigned k = timeout == 0 ? 0 : 1 + (unsigned)uvtw__highest_bit(timeout); /* its class */
-  _Atomic uintptr_t *cursor = &p->cursor[k < POOL_CLASSES ? k : POOL_CLASSES - 1];
+  k = k < POOL_CLASSES ? k : POOL_CLASSES - 1;
   for (;;) {
-    uintptr_t c = atomic_fetch_add_explicit(cursor, 1, memory_order_acquire);
+    uintptr_t c = atomic_fetch_add_explicit(&p->page[k], 1, memory_order_acquire);
     if (!used_up(PAGE_SHAPE, c))
       return region_of(PAGE_SHAPE, c) + index_of(PAGE_SHAPE, c) * POOL_BLOCK;
-    char *page = page_new(p);
+    char *page = page_new(p, k);
     if (page != NULL)
-      atomic_init(GIVEN_BACK(page), 0);
-    if (!replace_used_up(PAGE_SHAPE, cursor, c + 1, page) && page != NULL)
-      page_drop(p, page); /* another thread's went in: never the last reference */
+      atomic_init(&HEADER(page)->back, 0);
+    if (!replace_used_up(PAGE_SHAPE, &p->page[k], c + 1, page) && page != NULL)
+      page_back(p, page); /* another thread's went in: never the last reference */
     if (page == NULL)
       return NULL;
   }
@@ -221,29 +255,31 @@ void *uvtw__pool_get(pool_t *p, uint64_t timeout) {
 
 bool uvtw__pool_put(pool_t *p, void *block) {
   char *page = region_of(PAGE_SHAPE, (uintptr_t)block);
-  return all_back(PAGE_SHAPE, page, 1) && page_drop(p, page);
+  return all_back(PAGE_SHAPE, page, 1) && page_back(p, page);
 }
 
 void uvtw__pool_retire(pool_t *p) {
-  /* The cache first: a page emptied from here on goes back at once. The
-   * owner's reference is still held, so nothing here is the last. */
-  for (unsigned i = 0; i < POOL_CACHED; i++) {
-    char *page = atomic_exchange(&p->cached[i], POOL_CLOSED);
-    if (page != NULL)
-      page_back(p, page);
+  /* The spares first: a slab emptied from here on is unmapped at once.
+   * The owner's reference is still held, so nothing here is the last. */
+  for (unsigned i = 0; i < POOL_SPARES; i++) {
+    char *slab = atomic_exchange(&p->spare[i], POOL_CLOSED);
+    if (slab != NULL) {
+      forget_returned(p, slab);
+      slab_unmap(slab);
+    }
   }
   /* Units never handed out count as given back. */
   for (unsigned i = 0; i < POOL_CLASSES; i++) {
-    uintptr_t c = atomic_exchange(&p->cursor[i], 0);
+    uintptr_t c = atomic_exchange(&p->page[i], 0);
+    char *page = region_of(PAGE_SHAPE, c);
     if (!used_up(PAGE_SHAPE, c) &&
-        all_back(PAGE_SHAPE, region_of(PAGE_SHAPE, c),
-                 (uint32_t)(PAGE_SHAPE.last + 1 - index_of(PAGE_SHAPE, c))))
-      page_drop(p, region_of(PAGE_SHAPE, c));
+        all_back(PAGE_SHAPE, page, (uint32_t)(PAGE_SHAPE.last + 1 - index_of(PAGE_SHAPE, c))))
+      page_back(p, page);
+    c = atomic_exchange(&p->slab[i], 0);
+    if (!used_up(SLAB_SHAPE, c))
+      slab_back(p, region_of(SLAB_SHAPE, c),
+                (uint32_t)(SLAB_SHAPE.last + 1 - index_of(SLAB_SHAPE, c)));
   }
-  uintptr_t c = atomic_exchange(&p->slab, 0);
-  if (!used_up(SLAB_SHAPE, c))
-    slab_back(p, region_of(SLAB_SHAPE, c),
-              (uint32_t)(SLAB_SHAPE.last + 1 - index_of(SLAB_SHAPE, c)));
 }
 
 /* ---- the invariant checker (-Dchecks) ---------------------------------------- */
@@ -251,13 +287,17 @@ void uvtw__pool_retire(pool_t *p) {
 #ifdef UVTW_CHECKS
 /* GCOVR_EXCL_START: the checker's failing branches run only on a broken library. */
 const char *uvtw__pool_check(pool_t *p, bool retired) {
-  for (unsigned i = 0; i < POOL_CACHED; i++) {
-    void *page = atomic_load(&p->cached[i]);
-    INVARIANT((page == POOL_CLOSED) == retired, "a cache slot open after retire, or closed before");
-    INVARIANT(page == NULL || page == POOL_CLOSED || (uintptr_t)page % PAGE == 0,
-              "a cached page is not a page");
+  for (unsigned i = 0; i < POOL_SPARES; i++) {
+    void *slab = atomic_load(&p->spare[i]);
+    INVARIANT((slab == POOL_CLOSED) == retired, "a spare slot open after retire, or closed before");
+    INVARIANT(slab == NULL || slab == POOL_CLOSED || (uintptr_t)slab % SLAB == 0,
+              "a spare is not a slab");
   }
-  INVARIANT(!retired || atomic_load(&p->slab) == 0, "a retired pool carves a slab");
+  for (unsigned i = 0; i < POOL_CLASSES; i++)
+    INVARIANT(!retired || (atomic_load(&p->page[i]) == 0 && atomic_load(&p->slab[i]) == 0),
+              "a retired pool carves");
+  /* Other threads may count an idle page in before they check the budget. */
+  INVARIANT(atomic_load(&p->idle) <= POOL_IDLE + 64, "more idle pages than the budget");
   return NULL;
 }
 /* GCOVR_EXCL_STOP */

@@ -38,7 +38,7 @@
  * A task's block comes from the pool (pool.c). The part other threads
  * touch (the queue, the pool, counters) is a separate allocation,
  * uvtw_shared_t, counted by the pool: the wheel holds one reference and
- * every slab or malloc'd block one, so it lives until the wheel and every
+ * every slab one, so it lives until the wheel and every
  * task are gone, and tickets stay usable after the wheel closes. A thread
  * takes a block, pushes onto the queue, and calls uv_async_send if it found
  * the queue empty, only inside a gate: a closed bit and a count of threads

@@ -19,7 +19,7 @@
 #define POOL_SLAB (256 * 1024) /* bytes; page 0 is the slab's header */
 #define POOL_CLASSES 12        /* timeouts 0, 1, 2-3, 4-7, ..., 512-1023 ms, 1024 ms and more */
 #define POOL_SPARES 4          /* empty slabs kept for reuse: 1 MiB */
-#define POOL_IDLE 512          /* empty pages kept in slabs not yet empty: 2 MiB */
+#define POOL_IDLE 1024         /* empty pages kept in slabs not yet empty: 4 MiB */
 
 typedef struct pool_s {
   _Atomic uint32_t refs;     /* the owner's, and one per slab in use */

@@ -129,7 +129,10 @@ typedef struct uvtw_stats_s {
   /* Callbacks run with status 0, by how late they ran: see "Lateness"
    * below for the buckets and uvtw_stats_late_quantile. */
   uint64_t late[UVTW_LATE_BUCKETS];
-  uint64_t reserved[8]; /* room for counters of later minor versions; 0 */
+  /* The sum of those callbacks' lateness, ms (saturating): with the sum of
+   * late[], the mean; a Prometheus histogram's _sum. */
+  uint64_t late_total_ms;
+  uint64_t reserved[7]; /* room for counters of later minor versions; 0 */
 } uvtw_stats_t;
 
 /* A loop-thread timer, allocated by the caller (embed it anywhere). Only
@@ -373,13 +376,15 @@ UVTW_EXTERN int64_t uvtw_wheel_advance_next(uvtw_wheel_t *wheel);
  * and tasks alike, counts once in uvtw_stats_t.late[i], in the bucket that
  * holds its lateness: the wheel's clock at the callback minus its deadline,
  * in ms (0 when on time; with tick_ms > 1 the deadline is the rounded-up
- * one). A task's callback with UV_ECANCELED is not counted. A wheel that
+ * one), and adds that lateness to late_total_ms, so that the mean of a
+ * window (and a Prometheus histogram's _sum) comes from two snapshots. A
+ * task's callback with UV_ECANCELED is not counted. A wheel that
  * holds a server's request timeouts samples the loop's delay at every one
  * of them, not at a fixed rate: a callback that blocks the loop for 200 ms
  * shows up in the lateness of every timer due meanwhile.
  *
  * A manual-clock wheel counts every callback 0 ms late (and keeps
- * late_max_ms at 0): its time moves in the test's steps, which say nothing
+ * late_max_ms and late_total_ms at 0): its time moves in the test's steps, which say nothing
  * about the loop, even for an entry made due inside a pass, which runs one
  * tick later.
  *

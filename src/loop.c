@@ -232,6 +232,7 @@ void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline) {
   uint64_t late = now > due && !w->manual ? now - due : 0;
   w->stats.fired++;
   w->stats.late[uvtw__late_bucket(late)]++;
+  w->stats.late_total_ms = uvtw__add_saturating(w->stats.late_total_ms, late);
   if (late > w->stats.late_max_ms)
     w->stats.late_max_ms = late;
 }

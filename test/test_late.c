@@ -99,6 +99,7 @@ static struct {
   int callbacks;
   int miscounted; /* not exactly one bucket grown by one, or fired not by one */
   int wrong_bucket;
+  int wrong_total; /* late_total_ms grew by other than the callback's lateness */
   uint64_t most_late; /* the largest upper bound of a callback's lateness */
   bool manual;        /* a manual clock counts every callback 0 ms late */
 } g_seen;
@@ -137,6 +138,12 @@ static void seen_callback(uint64_t lo, uint64_t hi, const char *who) {
              ")",
              who, lo, hi, at, bucket_min(at), uvtw_late_bucket_max(at));
   }
+  uint64_t added = s.late_total_ms - g_seen.prev.late_total_ms;
+  if (added < lo || added > hi) {
+    g_seen.wrong_total++;
+    tap_diag("  %s: %" PRIu64 "..%" PRIu64 " ms late, late_total_ms grew by %" PRIu64, who, lo, hi,
+             added);
+  }
   g_seen.prev = s;
 }
 
@@ -145,6 +152,7 @@ static void expect_seen(int callbacks, const char *T) {
   EXPECT_U64(g_seen.miscounted, 0,
              "%s: each callback counted exactly once (one bucket +1, fired +1)", T);
   EXPECT_U64(g_seen.wrong_bucket, 0, "%s: each in the bucket that holds its lateness", T);
+  EXPECT_U64(g_seen.wrong_total, 0, "%s: late_total_ms grew by each callback's lateness", T);
 }
 
 /* The histogram agrees with fired and late_max_ms. */

@@ -99,7 +99,7 @@ static struct {
   int callbacks;
   int miscounted; /* not exactly one bucket grown by one, or fired not by one */
   int wrong_bucket;
-  int wrong_total; /* late_total_ms grew by other than the callback's lateness */
+  int wrong_total;    /* late_total_ms grew by other than the callback's lateness */
   uint64_t most_late; /* the largest upper bound of a callback's lateness */
   bool manual;        /* a manual clock counts every callback 0 ms late */
 } g_seen;

@@ -41,6 +41,8 @@
 
 #include "http_server.h"
 
+#include "http_metrics.h"
+
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* ---- Limits --------------------------------------------------------------- */
@@ -299,6 +301,7 @@ static void wheel_stats_add(uvtw_stats_t *w, const uvtw_stats_t *mw) {
   w->wasted_wakeups += mw->wasted_wakeups;
   w->remote_batches += mw->remote_batches;
   add_max(&w->late_max_ms, mw->late_max_ms);
+  w->late_total_ms += mw->late_total_ms;
   for (i = 0; i < UVTW_LATE_BUCKETS; i++)
     w->late[i] += mw->late[i];
 }
@@ -313,6 +316,8 @@ void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *
   c->accept_errors += m->accept_errors;
   c->accept_nomem += m->accept_nomem;
   c->requests += m->requests;
+  for (i = 0; i < 5; i++)
+    c->responses[i] += m->responses[i];
   c->received += m->received;
   c->headers_timeouts += m->headers_timeouts;
   c->request_timeouts += m->request_timeouts;
@@ -517,11 +522,11 @@ static int conn_write(conn_t *c, write_req_t *w, size_t len) {
 /* Writes one response, with the header lines `extra` ("" for none, each
  * ending in CRLF). `final` closes the connection once it is written. A
  * HEAD request gets the headers, Content-Length included, without the body. */
-static void conn_respond_with(conn_t *c, int status, const char *reason, const char *extra,
-                              const char *body, size_t body_len, int final) {
+static void conn_respond_with(conn_t *c, int status, const char *reason, const char *type,
+                              const char *extra, const char *body, size_t body_len, int final) {
   http_server_t *s = c->server;
   static const char fmt[] = "HTTP/1.1 %d %s\r\n"
-                            "Content-Type: text/plain\r\n"
+                            "Content-Type: %s\r\n"
                             "Content-Length: %zu\r\n"
                             "%s%s\r\n";
   char conn_header[64];
@@ -542,14 +547,17 @@ static void conn_respond_with(conn_t *c, int status, const char *reason, const c
              s->config.keep_alive_timeout / 1000);
   else
     snprintf(conn_header, sizeof conn_header, "Connection: keep-alive\r\n");
-  cap = sizeof fmt + 32 + strlen(reason) + strlen(extra) + strlen(conn_header) + body_len;
+  cap = sizeof fmt + 32 + strlen(reason) + strlen(type) + strlen(extra) + strlen(conn_header) +
+        body_len;
   w = malloc(sizeof *w + cap);
   if (w == NULL) {
     conn_close(c, CLOSE_NO_MEMORY);
     return;
   }
   w->interim = 0;
-  n = (size_t)snprintf(w->data, cap, fmt, status, reason, body_len, extra, conn_header);
+  n = (size_t)snprintf(w->data, cap, fmt, status, reason, type, body_len, extra, conn_header);
+  if (status >= 100 && status < 600)
+    s->counters.responses[status / 100 - 1]++;
   if (send_body) {
     memcpy(w->data + n, body, body_len);
     n += body_len;
@@ -572,7 +580,7 @@ static void conn_respond_with(conn_t *c, int status, const char *reason, const c
 
 static void conn_respond(conn_t *c, int status, const char *reason, const char *body,
                          size_t body_len, int final) {
-  conn_respond_with(c, status, reason, "", body, body_len, final);
+  conn_respond_with(c, status, reason, "text/plain", "", body, body_len, final);
 }
 
 /* An error response that ends the connection. */
@@ -781,7 +789,7 @@ static void conn_shed(conn_t *c) {
   snprintf(retry, sizeof retry, "Retry-After: %" PRIu64 "\r\n", c->server->config.retry_after);
   c->server->counters.shed++;
   c->close_reason = CLOSE_SHED;
-  conn_respond_with(c, 503, "Service Unavailable", retry, body, sizeof body - 1, 1);
+  conn_respond_with(c, 503, "Service Unavailable", "text/plain", retry, body, sizeof body - 1, 1);
 }
 
 /* A CPU-bound handler: blocks the loop for ms, then answers. The loop's
@@ -796,14 +804,35 @@ static void spin(conn_t *c, uint64_t ms) {
   conn_respond(c, 200, "OK", body, (size_t)n, 0);
 }
 
+/* GET /metrics: the Prometheus page (http_metrics.c) of this server, or of
+ * every worker through the config's hook. */
+static void metrics(conn_t *c) {
+  http_server_t *s = c->server;
+  size_t len = 0;
+  char *page;
+  if (s->config.metrics != NULL) {
+    page = s->config.metrics(s, s->config.stats_arg, &len);
+  } else {
+    http_server_stats_t stats;
+    http_server_stats(s, &stats);
+    page = http_metrics_format(&stats, 1, &len);
+  }
+  if (page == NULL) {
+    conn_respond(c, 503, "Service Unavailable", "no memory\n", 10, 0);
+    return;
+  }
+  conn_respond_with(c, 200, "OK", HTTP_METRICS_TYPE, "", page, len, 0);
+  free(page);
+}
+
 static void handle_request(conn_t *c) {
   static const char hello[] = "hello\n";
   static const char not_found[] = "not found\n";
   const char *url = c->url;
   int get = c->method == HTTP_GET || c->method == HTTP_HEAD;
   c->state = ST_HANDLING;
-  if (c->shed && !(get && strcmp(url, "/stats") == 0)) {
-    conn_shed(c); /* /stats is never refused: it is how one watches the lag */
+  if (c->shed && !(get && (strcmp(url, "/stats") == 0 || strcmp(url, "/metrics") == 0))) {
+    conn_shed(c); /* /stats and /metrics are never refused: they show the lag */
   } else if (c->method == HTTP_CONNECT) {
     conn_fail(c, 405); /* not a proxy: an answer and a clean close */
   } else if (c->url_flags & URL_TRUNCATED) {
@@ -842,6 +871,8 @@ static void handle_request(conn_t *c) {
                    : http_server_format_stats(s, NULL, body, sizeof body - 1);
     body[n++] = '\n';
     conn_respond(c, 200, "OK", body, n, 0);
+  } else if (get && strcmp(url, "/metrics") == 0) {
+    metrics(c);
   } else if (c->method == HTTP_POST && strcmp(url, "/upload") == 0) {
     char body[64];
     int n = snprintf(body, sizeof body, "received %" PRIu32 " bytes\n", c->body_bytes);

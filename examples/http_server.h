@@ -50,6 +50,10 @@ typedef struct http_server_config_s {
    * newline; returns the length), called on the server's loop thread with
    * stats_arg: a program running several servers answers for all of them. */
   size_t (*stats_line)(http_server_t *server, void *arg, char *out, size_t size);
+  /* NULL: GET /metrics answers this server's own metrics. Else it answers
+   * what metrics returns: a malloc'd page of *len bytes (NULL: no memory,
+   * a 503), called on the server's loop thread with stats_arg. */
+  char *(*metrics)(http_server_t *server, void *arg, size_t *len);
   void *stats_arg;
 } http_server_config_t;
 
@@ -73,6 +77,7 @@ typedef struct http_server_counters_s {
   uint64_t accept_errors; /* accept failed (EMFILE...): libuv dropped the connection */
   uint64_t accept_nomem;  /* no memory for a connection: accept retried later */
   uint64_t requests;      /* responses written in full */
+  uint64_t responses[5];  /* responses queued, by status class 1xx..5xx (not 100 Continue) */
   uint64_t received;      /* bytes read from clients */
   uint64_t headers_timeouts, request_timeouts; /* fired: a 408 is sent, then the close */
   uint64_t closed[CLOSE_REASONS];

@@ -34,6 +34,7 @@
 
 #include <uv.h>
 
+#include "http_metrics.h"
 #include "http_workers.h"
 
 enum command { CMD_NONE, CMD_DRAIN, CMD_DROP };
@@ -138,35 +139,55 @@ static size_t append(char *out, size_t size, size_t n, const char *format, ...) 
   return w > 0 ? n + (size_t)w : n;
 }
 
-/* The /stats line of the process, on `self`'s loop: every worker's stats
- * summed (its own as they are now, the others' as they published them when
- * their loops last waited for I/O), then workers=N and each worker's count
- * of accepted connections. */
-static size_t stats_line(http_server_t *server, void *arg, char *out, size_t size) {
-  worker_t *self = arg;
+/* Every worker's stats, on `self`'s loop: its own as they are now, the
+ * others' as they published them when their loops last waited for I/O. */
+static void gather(http_server_t *server, worker_t *self, http_server_stats_t *each) {
   workers_t *all = self->all;
-  http_server_stats_t sum, one;
-  uint64_t accepted[HTTP_WORKERS_MAX];
-  size_t n;
-  unsigned i;
-  memset(&sum, 0, sizeof sum);
-  for (i = 0; i < all->count; i++) {
+  for (unsigned i = 0; i < all->count; i++) {
     worker_t *w = &all->worker[i];
     if (w == self) {
-      http_server_stats(server, &one);
+      http_server_stats(server, &each[i]);
     } else {
       uv_mutex_lock(&w->lock);
-      one = w->published;
+      each[i] = w->published;
       uv_mutex_unlock(&w->lock);
     }
-    http_server_stats_add(&sum, &one);
-    accepted[i] = one.counters.accepted;
   }
+}
+
+/* The /stats line of the process: every worker's stats summed, then
+ * workers=N and each worker's count of accepted connections. */
+static size_t stats_line(http_server_t *server, void *arg, char *out, size_t size) {
+  worker_t *self = arg;
+  unsigned count = self->all->count, i;
+  http_server_stats_t *each = malloc(count * sizeof *each), sum;
+  size_t n;
+  if (each == NULL)
+    return (size_t)snprintf(out, size, "no memory");
+  gather(server, self, each);
+  memset(&sum, 0, sizeof sum);
+  for (i = 0; i < count; i++)
+    http_server_stats_add(&sum, &each[i]);
   n = http_server_format_stats(server, &sum, out, size);
-  n = append(out, size, n, " workers=%u worker_accepted=", all->count);
-  for (i = 0; i < all->count; i++)
-    n = append(out, size, n, i == 0 ? "%" PRIu64 : ",%" PRIu64, accepted[i]);
+  n = append(out, size, n, " workers=%u worker_accepted=", count);
+  for (i = 0; i < count; i++)
+    n = append(out, size, n, i == 0 ? "%" PRIu64 : ",%" PRIu64, each[i].counters.accepted);
+  free(each);
   return n < size ? n : size - 1;
+}
+
+/* GET /metrics for the process: every worker's series, labelled worker="i"
+ * when there are several (http_metrics.c). */
+static char *metrics(http_server_t *server, void *arg, size_t *len) {
+  worker_t *self = arg;
+  http_server_stats_t *each = malloc(self->all->count * sizeof *each);
+  char *page;
+  if (each == NULL)
+    return NULL;
+  gather(server, self, each);
+  page = http_metrics_format(each, self->all->count, len);
+  free(each);
+  return page;
 }
 
 /* ---- A worker --------------------------------------------------------------------- */
@@ -224,6 +245,7 @@ static int worker_init(workers_t *all, worker_t *w, const http_server_config_t *
   w->config = *config;
   w->config.listen_fd = fd;
   w->config.stats_line = stats_line;
+  w->config.metrics = metrics;
   w->config.stats_arg = w;
   r = uv_loop_init(&w->loop);
   if (r != 0)

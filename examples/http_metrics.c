@@ -86,7 +86,8 @@ static void lateness(page_t *p, const http_server_stats_t *stats, unsigned count
     for (unsigned i = 0; i + 1 < UVTW_LATE_BUCKETS; i++) { /* the last bucket is open: +Inf */
       below += s->late[i];
       snprintf(le, sizeof le, "le=\"%s\"", seconds(value, sizeof value, uvtw_late_bucket_max(i)));
-      series(p, "uvtw_timer_lateness_seconds_bucket", count, w, le, number(value, sizeof value, below));
+      series(p, "uvtw_timer_lateness_seconds_bucket", count, w, le,
+             number(value, sizeof value, below));
     }
     below += s->late[UVTW_LATE_BUCKETS - 1];
     series(p, "uvtw_timer_lateness_seconds_bucket", count, w, "le=\"+Inf\"",

@@ -53,7 +53,8 @@
 #define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
 #define BYTES_MAX (1024 * 1024) /* the largest /bytes?n=N answer */
 #define SPIN_MAX 10000          /* the longest /spin?ms=N, in ms */
-#define SAMPLE_MS 10            /* the sampling timer's period, as monitorEventLoopDelay's */
+#define SAMPLE_MS 10            /* the sampling period, as monitorEventLoopDelay's */
+#define SAMPLERS 32             /* sampling timers, SAMPLE_MS apart: see "Watching the loop" */
 
 static const char *const close_reason_names[CLOSE_REASONS] = {
     "closed_headers_timeout",   "closed_request_timeout",
@@ -74,8 +75,11 @@ struct http_server_s {
   uvtw_stats_t wheel_final; /* the wheel's statistics just before it closed */
   uv_tcp_t listener;
   uvtw_timer_t accept_retry_timer, grace_timer;
-  uvtw_timer_t second_timer;             /* copies the wheel's statistics once a second */
-  uvtw_timer_t sample_timer;             /* with max_loop_delay: a callback every SAMPLE_MS */
+  uvtw_timer_t second_timer; /* copies the wheel's statistics once a second */
+  struct sampler_s {
+    uvtw_timer_t timer;
+    uint64_t due;       /* its deadline, on the wheel's clock */
+  } samplers[SAMPLERS]; /* with max_loop_delay or sample_loop: a callback every SAMPLE_MS */
   uvtw_stats_t second_start, second_end; /* the last completed second: see http_server.h */
   int accept_waiting;                    /* a connection waits in the listener for memory */
   conn_t *connections;                   /* list head */
@@ -1355,6 +1359,8 @@ static int conn_in_flight(const conn_t *c) {
 }
 
 /* Closes the wheel once no connection and no work item can touch it. */
+static void samplers_stop(http_server_t *s);
+
 static void maybe_finish_shutdown(http_server_t *s) {
   if (!s->shutting_down || s->wheel_closing || s->counters.open > 0 ||
       s->counters.delay_in_flight > 0)
@@ -1363,7 +1369,7 @@ static void maybe_finish_shutdown(http_server_t *s) {
   uvtw_timer_stop(&s->grace_timer);
   uvtw_timer_stop(&s->accept_retry_timer);
   uvtw_timer_stop(&s->second_timer);
-  uvtw_timer_stop(&s->sample_timer);
+  samplers_stop(s);
   uvtw_wheel_stats(s->wheel, &s->wheel_final);
   uvtw_wheel_close(s->wheel, on_wheel_closed, s);
 }
@@ -1394,7 +1400,7 @@ void http_server_shutdown(http_server_t *s) {
   uv_close((uv_handle_t *)&s->listener, NULL);
   uvtw_timer_stop(&s->accept_retry_timer);
   uvtw_timer_stop(&s->second_timer); /* they watch a server that takes no new requests */
-  uvtw_timer_stop(&s->sample_timer);
+  samplers_stop(s);
   for (c = s->connections; c != NULL; c = next) {
     next = c->next;
     if (c->state == ST_IDLE || (c->state == ST_READING && !c->request_started))
@@ -1428,14 +1434,30 @@ void http_server_shutdown_now(http_server_t *s) {
  * (uvtw.h, "Lateness").
  *
  * The wheel samples the loop at every callback it runs: a server's request
- * timeouts, when they fall due. A sampling timer every SAMPLE_MS keeps a
- * measure when none is due, as Node's monitorEventLoopDelay does at its
- * resolution; it runs only when shedding is on, so that an idle server
- * that does not shed wakes once a second only. Both timers are
- * unreferenced: they never keep the loop alive, and stop at shutdown. */
+ * timeouts, when they fall due. Sampling timers keep a measure when none
+ * is due, one every SAMPLE_MS, as Node's monitorEventLoopDelay does at its
+ * resolution, but with each of the SAMPLERS timers re-armed one round
+ * (SAMPLERS * SAMPLE_MS) after its own deadline rather than after it ran:
+ * a stall of 300 ms then makes every timer due during it late, by 300,
+ * 290, ... ms, so that the histogram holds the stall for as long as it
+ * lasted (one sample per SAMPLE_MS, as HdrHistogram's correction for
+ * coordinated omission), not as one sample among thousands. They run only
+ * when shedding or sampling is on, so that an idle server that does
+ * neither wakes once a second only. All these timers are unreferenced:
+ * they never keep the loop alive, and stop at shutdown. */
 
 static void on_sample(uvtw_timer_t *timer) {
-  (void)timer; /* the wheel counts how late this ran: that is the sample */
+  struct sampler_s *sampler = container_of(timer, struct sampler_s, timer);
+  http_server_t *s = timer->data;
+  uint64_t now = uvtw_wheel_now(s->wheel), round = SAMPLERS * SAMPLE_MS;
+  /* The wheel counted how late this ran: that is the sample. */
+  sampler->due = sampler->due + round > now ? sampler->due + round : now;
+  uvtw_timer_start(timer, on_sample, sampler->due - now, 0);
+}
+
+static void samplers_stop(http_server_t *s) {
+  for (int i = 0; i < SAMPLERS; i++)
+    uvtw_timer_stop(&s->samplers[i].timer);
 }
 
 static void on_second(uvtw_timer_t *timer) {
@@ -1456,10 +1478,15 @@ static void watch_start(http_server_t *s) {
   s->second_timer.data = s;
   uvtw_timer_unref(&s->second_timer);
   uvtw_timer_start(&s->second_timer, on_second, 1000, 1000);
-  uvtw_timer_init(s->wheel, &s->sample_timer);
-  uvtw_timer_unref(&s->sample_timer);
-  if (s->config.max_loop_delay > 0)
-    uvtw_timer_start(&s->sample_timer, on_sample, SAMPLE_MS, SAMPLE_MS);
+  for (int i = 0; i < SAMPLERS; i++) {
+    struct sampler_s *sampler = &s->samplers[i];
+    uvtw_timer_init(s->wheel, &sampler->timer);
+    sampler->timer.data = s;
+    uvtw_timer_unref(&sampler->timer);
+    sampler->due = uvtw_wheel_now(s->wheel) + (uint64_t)(i + 1) * SAMPLE_MS;
+    if (s->config.max_loop_delay > 0 || s->config.sample_loop)
+      uvtw_timer_start(&sampler->timer, on_sample, (uint64_t)(i + 1) * SAMPLE_MS, 0);
+  }
 }
 
 /* ---- Starting --------------------------------------------------------------- */

@@ -37,6 +37,9 @@ typedef struct http_server_config_s {
    * while above, answers new requests (all but GET /stats) with 503,
    * Retry-After and Connection: close. See "Shedding" in http_server.c. */
   uint64_t max_loop_delay;
+  /* Sample the loop every 10 ms (as with max_loop_delay) even when not
+   * shedding, so that GET /metrics shows the lag of a quiet server. */
+  int sample_loop;
   uint64_t retry_after; /* s; the Retry-After of those 503s */
   const char *host;     /* listen address */
   int port;             /* 0: a free port (http_server_port() tells which) */

@@ -43,6 +43,8 @@ static const char usage_text[] =
     "                              /stats) get 503 with Retry-After and Connection: close until a\n"
     "                              second is back under it (@fastify/under-pressure's\n"
     "                              maxEventLoopDelay, on a p99 rather than a mean)\n"
+    "  --sample-loop               sample the loop every 10 ms even without --max-loop-delay, so\n"
+    "                              that GET /metrics shows the lag of a quiet server\n"
     "  --retry-after S             the Retry-After of those 503s (default 10)\n"
     "  --wheel-tick-ms N           uvtw_options_t.tick_ms of the wheel (default 1)\n"
     "  --fail-accept-allocs N      fault injection: the first N connection allocations fail\n"
@@ -50,7 +52,8 @@ static const char usage_text[] =
     "the thread pool via uvtw_schedule), /bytes?n=N (N bytes, N <= 1048576), /spin?ms=N\n"
     "(blocks the loop N ms, N <= 10000, as a CPU-bound handler does), /stats (counters of\n"
     "every worker summed, with the lateness p50, p99 and max of the last second and since\n"
-    "start, then workers=N and worker_accepted=A,B,...); POST /upload (counts the body).\n"
+    "start, then workers=N and worker_accepted=A,B,...), /metrics (the Prometheus text format:\n"
+    "the lateness histogram, counters and gauges, per worker); POST /upload (counts the body).\n"
     "Signals: the first SIGTERM/SIGINT makes every worker stop accepting, close idle\n"
     "connections and answer requests in flight (with 'Connection: close'); the server exits 0\n"
     "when all are done or the grace period is over, printing what it dropped; a second one\n"
@@ -108,7 +111,10 @@ static void parse_args(int argc, char **argv, http_server_config_t *config,
         usage(2);
     } else if (strcmp(a, "--max-loop-delay") == 0)
       config->max_loop_delay = parse_number(v);
-    else if (strcmp(a, "--retry-after") == 0) {
+    else if (strcmp(a, "--sample-loop") == 0) {
+      config->sample_loop = 1;
+      i--; /* takes no value */
+    } else if (strcmp(a, "--retry-after") == 0) {
       config->retry_after = parse_number(v);
       if (config->retry_after > UINT32_MAX)
         usage(2);

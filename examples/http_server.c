@@ -34,6 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <llhttp.h>
@@ -1282,19 +1284,9 @@ static conn_t *conn_alloc(http_server_t *s) {
   return calloc(1, sizeof(conn_t));
 }
 
-/* Takes the connection waiting in the listener. Without memory for it, the
- * connection stays in the listener (libuv stops polling it meanwhile, so
- * nothing spins) and the accept is tried again a little later. */
-static void accept_one(http_server_t *s) {
-  conn_t *c = conn_alloc(s);
-  if (c == NULL) {
-    s->counters.accept_nomem++;
-    s->accept_waiting = 1;
-    if (!uvtw_timer_is_active(&s->accept_retry_timer))
-      uvtw_timer_start(&s->accept_retry_timer, on_accept_retry, ACCEPT_RETRY_MS, 0);
-    return;
-  }
-  s->accept_waiting = 0;
+/* Sets up a new connection: taken from the listener (fd < 0), or `fd`,
+ * taken from its backlog at shutdown. */
+static void conn_open(http_server_t *s, conn_t *c, int fd) {
   c->server = s;
   uv_tcp_init(s->loop, &c->tcp);
   c->tcp.data = c;
@@ -1312,8 +1304,11 @@ static void accept_one(http_server_t *s) {
   s->connections = c;
   c->state = ST_READING;
   c->close_reason = CLOSE_PEER;
-  if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp) != 0 ||
-      conn_read_start(c) != 0) {
+  int r = fd < 0 ? uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp)
+                 : uv_tcp_open(&c->tcp, fd);
+  if (r != 0 && fd >= 0)
+    close(fd); /* uv_tcp_open failed: the handle does not own it */
+  if (r != 0 || conn_read_start(c) != 0) {
     conn_close(c, CLOSE_PEER);
     return;
   }
@@ -1324,6 +1319,51 @@ static void accept_one(http_server_t *s) {
   uv_update_time(s->loop);
   timeout_start(c, &c->headers_timeout, on_headers_timeout, s->config.headers_timeout);
   timeout_start(c, &c->request_timeout, on_request_timeout, s->config.request_timeout);
+}
+
+/* Takes the connection waiting in the listener. Without memory for it, the
+ * connection stays in the listener (libuv stops polling it meanwhile, so
+ * nothing spins) and the accept is tried again a little later. */
+static void accept_one(http_server_t *s) {
+  conn_t *c = conn_alloc(s);
+  if (c == NULL) {
+    s->counters.accept_nomem++;
+    s->accept_waiting = 1;
+    if (!uvtw_timer_is_active(&s->accept_retry_timer))
+      uvtw_timer_start(&s->accept_retry_timer, on_accept_retry, ACCEPT_RETRY_MS, 0);
+    return;
+  }
+  s->accept_waiting = 0;
+  conn_open(s, c, -1);
+}
+
+/* Whether bytes from the client wait in the connection's socket, unread. */
+static int bytes_waiting(uv_os_fd_t fd) {
+  int n = 0;
+  return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+}
+
+/* At shutdown, before the listener closes: takes every connection still in
+ * its backlog, whose clients connected, and may have sent a request, while
+ * the loop was busy; closing the listener would reset them. One whose
+ * request cannot be served for want of memory counts in drain_dropped. */
+static void accept_backlog(http_server_t *s) {
+  uv_os_fd_t listen_fd;
+  int fd;
+  if (s->accept_waiting)
+    accept_one(s); /* the one libuv took from the backlog already */
+  if (uv_fileno((uv_handle_t *)&s->listener, &listen_fd) != 0)
+    return;
+  while ((fd = accept(listen_fd, NULL, NULL)) >= 0) {
+    conn_t *c = conn_alloc(s);
+    if (c != NULL) {
+      conn_open(s, c, fd);
+      continue;
+    }
+    s->counters.accept_nomem++;
+    s->counters.drain_dropped += bytes_waiting(fd);
+    close(fd);
+  }
 }
 
 static void on_accept_retry(uvtw_timer_t *timer) {
@@ -1397,13 +1437,18 @@ void http_server_shutdown(http_server_t *s) {
   if (s->shutting_down)
     return;
   s->shutting_down = 1;
+  accept_backlog(s);
   uv_close((uv_handle_t *)&s->listener, NULL);
   uvtw_timer_stop(&s->accept_retry_timer);
   uvtw_timer_stop(&s->second_timer); /* they watch a server that takes no new requests */
   samplers_stop(s);
+  /* Idle connections close, but not one whose next request has reached
+   * the machine and waits unread: it is answered. */
   for (c = s->connections; c != NULL; c = next) {
+    uv_os_fd_t fd;
     next = c->next;
-    if (c->state == ST_IDLE || (c->state == ST_READING && !c->request_started))
+    if ((c->state == ST_IDLE || (c->state == ST_READING && !c->request_started)) &&
+        !(uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && bytes_waiting(fd)))
       conn_close(c, CLOSE_SHUTDOWN);
   }
   if (s->config.shutdown_grace > 0)

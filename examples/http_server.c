@@ -201,18 +201,23 @@ struct conn_s {
 enum { URL_TRUNCATED = 1, URL_SKIP_AUTHORITY = 2 };
 enum { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
 
-/* A /delay answer: rendered on a worker thread, sent when its task is due. */
+/* A /delay answer: rendered on a worker thread, sent when its task is due.
+ * The loop thread owns it. Two things hold it: the thread pool, from
+ * delay_start until delay_after_work, and the wheel, from delay_start until
+ * the answer's task has run, or its cancel has won, or it is known never to
+ * have been scheduled. delay_drop gives back one hold; the last frees the
+ * job, in the one place that does. */
 struct delay_job_s {
   uv_work_t work;
-  http_server_t *server; /* loop thread only */
-  uvtw_wheel_t *wheel;   /* the server's: the worker schedules the answer on it */
-  conn_t *conn;          /* loop thread only; NULL once the connection closed */
-  uint64_t delay_ms;     /* set before queueing; read by the worker */
-  uint64_t requested_ns; /* uv_hrtime() when the request was complete */
-  uvtw_ticket_t *ticket; /* written by the worker, read by the loop only after after_work */
-  int schedule_status;   /* likewise */
-  int work_done;         /* loop thread: after_work ran */
-  int task_done;         /* loop thread: the task callback ran */
+  http_server_t *server;    /* loop thread only */
+  uvtw_wheel_t *wheel;      /* the server's: the worker schedules the answer on it */
+  conn_t *conn;             /* loop thread only; NULL once answered or the connection closed */
+  uint64_t delay_ms;        /* set before queueing; read by the worker */
+  uint64_t requested_ns;    /* uv_hrtime() when the request was complete */
+  uvtw_ticket_t *scheduled; /* written by the worker; the loop reads it in delay_after_work */
+  int schedule_status;      /* likewise */
+  uvtw_ticket_t *ticket;    /* loop thread: `scheduled`, once delay_after_work has run */
+  int holds;                /* loop thread: 2, 1, then freed */
   size_t body_len;
   char body[64]; /* written by the worker before uvtw_schedule */
 };
@@ -666,31 +671,46 @@ static void on_linger_timeout(conn_timer_t *timer) {
 
 /* ---- /delay: thread pool work + a cross-thread task ----------------------- */
 
-static void delay_job_free(delay_job_t *job) {
+/* Gives back `n` holds (0 to 2). */
+static void delay_drop(delay_job_t *job, int n) {
+  if ((job->holds -= n) > 0)
+    return;
   if (job->ticket != NULL)
     uvtw_ticket_release(job->ticket); /* the only release of this ticket */
   free(job);
+}
+
+/* Sends the answer, if the connection still waits for it. */
+static void delay_answer(delay_job_t *job, int status, const char *body, size_t len) {
+  conn_t *c = job->conn;
+  if (c == NULL)
+    return;
+  c->job = NULL;
+  job->conn = NULL;
+  conn_respond(c, status, status == 200 ? "OK" : "Service Unavailable", body, len, status != 200);
+}
+
+/* Withdraws the answer's task, once the connection is gone. Returns the
+ * holds this gives back: the wheel's if the cancel won (one that loses
+ * found the task run, which gave it back). */
+static int delay_withdraw(delay_job_t *job) {
+  if (uvtw_ticket_cancel(job->ticket) != 0)
+    return 0;
+  job->server->counters.delay_cancelled++;
+  return 1;
 }
 
 /* Loop thread, when the deadline is due (status 0) or the wheel closed
  * (UV_ECANCELED). May run before or after delay_after_work. */
 static void delay_due(void *arg, int status) {
   delay_job_t *job = arg;
-  http_server_t *s = job->server;
-  job->task_done = 1;
-  if (status == 0)
-    s->counters.delay_fired++;
-  if (job->conn != NULL) {
-    conn_t *c = job->conn;
-    c->job = NULL;
-    job->conn = NULL;
-    if (status == 0)
-      conn_respond(c, 200, "OK", job->body, job->body_len, 0);
-    else
-      conn_respond(c, 503, "Service Unavailable", "shutting down\n", 14, 1);
+  if (status == 0) {
+    job->server->counters.delay_fired++;
+    delay_answer(job, 200, job->body, job->body_len);
+  } else {
+    delay_answer(job, 503, "shutting down\n", 14);
   }
-  if (job->work_done)
-    delay_job_free(job);
+  delay_drop(job, 1); /* the wheel's hold */
 }
 
 /* Worker thread: renders the answer and puts its deadline on the wheel. The
@@ -701,43 +721,29 @@ static void delay_work(uv_work_t *req) {
   uint64_t left = job->delay_ms > waited_ms ? job->delay_ms - waited_ms : 0;
   int n = snprintf(job->body, sizeof job->body, "delayed %" PRIu64 " ms\n", job->delay_ms);
   job->body_len = (size_t)n < sizeof job->body ? (size_t)n : sizeof job->body - 1;
-  job->schedule_status = uvtw_schedule(job->wheel, left, delay_due, job, &job->ticket);
+  job->schedule_status = uvtw_schedule(job->wheel, left, delay_due, job, &job->scheduled);
 }
 
-/* Loop thread, once delay_work returned (or was cancelled by uv_cancel). From
- * here on job->ticket may be read. */
+/* Loop thread, once delay_work returned (or was cancelled by uv_cancel). */
 static void delay_after_work(uv_work_t *req, int status) {
   delay_job_t *job = container_of(req, delay_job_t, work);
   http_server_t *s = job->server;
-  job->work_done = 1;
+  int back = 1; /* the pool's hold */
   s->counters.delay_in_flight--;
-  if (status == UV_ECANCELED) { /* never ran: no ticket; the connection is gone */
-    assert(job->conn == NULL);
-    s->counters.delay_cancelled++;
-    delay_job_free(job);
-  } else if (job->schedule_status != 0) {
-    s->counters.delay_failed++;
-    if (job->conn != NULL) {
-      conn_t *c = job->conn;
-      c->job = NULL;
-      conn_respond(c, 503, "Service Unavailable", "cannot schedule\n", 16, 1);
-    }
-    delay_job_free(job);
+  if (status == UV_ECANCELED || job->schedule_status != 0) {
+    if (status == UV_ECANCELED)
+      s->counters.delay_cancelled++; /* never ran: the connection is gone */
+    else
+      s->counters.delay_failed++;
+    delay_answer(job, 503, "cannot schedule\n", 16);
+    back++; /* and the wheel's: nothing was scheduled */
   } else {
     s->counters.delay_scheduled++;
-    if (job->task_done) {
-      delay_job_free(job);
-    } else if (job->conn == NULL) {
-      /* The connection closed while the worker ran: withdraw the task. The
-       * callback runs on this thread, so it cannot have started. */
-      int r = uvtw_ticket_cancel(job->ticket);
-      assert(r == 0);
-      (void)r;
-      s->counters.delay_cancelled++;
-      delay_job_free(job);
-    }
-    /* else delay_due answers and frees it. */
+    job->ticket = job->scheduled;
+    if (job->conn == NULL)
+      back += delay_withdraw(job); /* the connection closed, or the answer went, meanwhile */
   }
+  delay_drop(job, back);
   maybe_finish_shutdown(s);
 }
 
@@ -754,12 +760,10 @@ static void delay_start(conn_t *c, uint64_t ms) {
   job->conn = c;
   job->delay_ms = ms;
   job->requested_ns = uv_hrtime();
+  job->holds = 2;
   r = uv_queue_work(s->loop, &job->work, delay_work, delay_after_work);
-  if (r != 0) {
-    free(job);
-    conn_respond(c, 503, "Service Unavailable", "cannot queue\n", 13, 1);
-    return;
-  }
+  assert(r == 0); /* it fails only without a work callback */
+  (void)r;
   s->counters.delay_in_flight++;
   c->job = job;
 }
@@ -767,15 +771,10 @@ static void delay_start(conn_t *c, uint64_t ms) {
 /* The connection is closing: its answer will never be sent. */
 static void delay_abandon(delay_job_t *job) {
   job->conn = NULL;
-  if (!job->work_done) {
-    uv_cancel((uv_req_t *)&job->work); /* after_work sees UV_ECANCELED or cancels the ticket */
-  } else if (!job->task_done) {
-    int r = uvtw_ticket_cancel(job->ticket);
-    assert(r == 0); /* the callback would have run on this thread */
-    (void)r;
-    job->server->counters.delay_cancelled++;
-    delay_job_free(job);
-  }
+  if (job->ticket == NULL)
+    uv_cancel((uv_req_t *)&job->work); /* in the pool: delay_after_work withdraws it */
+  else
+    delay_drop(job, delay_withdraw(job));
 }
 
 /* ---- Requests --------------------------------------------------------------- */

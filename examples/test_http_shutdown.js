@@ -1,5 +1,7 @@
 'use strict';
-// Graceful shutdown (TAP). usage: node test_http_shutdown.js PATH/TO/http_server
+// Graceful shutdown (TAP). usage: node test_http_shutdown.js PATH/TO/http_server [CASE...]
+//        (the cases whose name contains an argument: drain, grace,
+//        second_signal, backlog; none: all)
 //
 // 1. Drain: 100 clients each wait for GET /delay?ms=1000, one client has two
 //    such requests pipelined, 20 keep-alive clients are idle. On SIGTERM the
@@ -22,6 +24,7 @@ const net = require('net');
 const t = require('./http_test_lib');
 
 const exe = process.argv[2];
+const only = process.argv.slice(3);
 const H = `Host: ${t.HOST}\r\n`;
 
 function refused(port) {
@@ -171,11 +174,14 @@ async function backlog(workers) {
 }
 
 async function main() {
-  await drain();
-  await grace();
-  await secondSignal();
-  await backlog(1);
-  await backlog(2);
+  const want = (name) => only.length === 0 || only.some((o) => name.includes(o));
+  if (want('drain')) await drain();
+  if (want('grace')) await grace();
+  if (want('second_signal')) await secondSignal();
+  if (want('backlog')) {
+    await backlog(1);
+    await backlog(2);
+  }
 }
 
 t.run(main, 45000);

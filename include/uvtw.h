@@ -301,11 +301,11 @@ UVTW_EXTERN int uvtw_timer_has_ref(const uvtw_timer_t *timer);
  * from where `ticket` points (a field of `arg`, say).
  * Any thread. Cost: a few atomic operations, plus one uv_async_send when
  * the queue was empty. Memory: a task takes a 128-byte block of a 4 KiB
- * page shared with tasks of about the same timeout; the page goes back to
- * the system once every task in it has ended and its ticket been released
- * (up to 64 empty pages, 256 KiB, are kept per wheel for reuse). A task
- * alive, or a ticket unreleased, holds 8 KiB at most (its page and a
- * header page), so release tickets when done with them.
+ * page shared with tasks of about the same timeout; memory goes back to
+ * the system as tasks end and tickets are released, beyond a fixed part
+ * per wheel of about 5 MiB kept for reuse. A task alive, or a ticket
+ * unreleased, holds 8 KiB at most (its page and a header page), so
+ * release tickets when done with them.
  * Errors (nothing queued, *ticket untouched): wheel or cb NULL -> UV_EINVAL;
  * no memory -> UV_ENOMEM; max_pending reached -> UV_ENOBUFS; wheel closing
  * (from uvtw_wheel_close until its callback returns) -> UV_ECANCELED. A call

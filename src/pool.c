@@ -6,7 +6,7 @@
  *
  * Memory follows what is alive. A slab whose 63 pages are all empty
  * becomes a spare (up to POOL_SPARES of them) or is unmapped: one system
- * call for 1,953 tasks. An empty page in a slab still in use is kept, up
+ * call for 2,016 tasks. An empty page in a slab still in use is kept, up
  * to POOL_IDLE such pages in all, since the pages around it usually empty
  * soon after; beyond that budget it goes back to the system at once
  * (madvise MADV_DONTNEED: it leaves the process's resident memory). So a
@@ -26,8 +26,8 @@
  * never handed to one thread while another still holds it. The thread that
  * finds a page used up puts in the next page of its class's slab, taken
  * with the same atomic add one level up, or a page of a new slab (a spare
- * one if there is). Unit 0 of a page or slab is its header, which counts
- * the units given back.
+ * one if there is). Page 0 of a slab is its header: it counts the pages
+ * given back, and for each page the blocks given back.
  *
  * On Windows, empty pages are not given back one by one: a slab goes back
  * once all its pages have.
@@ -47,25 +47,31 @@
 #define SLAB ((uintptr_t)POOL_SLAB)
 #define POOL_CLOSED ((void *)1) /* a spare slot once the pool is retired */
 
-/* Unit 0 of a page or a slab. */
+#define PAGE_BLOCKS (PAGE / POOL_BLOCK)
+#define SLAB_PAGES (SLAB / PAGE - 1) /* page 0: the header */
+
+/* A slab's page 0. The counts of a page's blocks are here rather than in
+ * the page, so that the loop, which gives blocks back in deadline order,
+ * finds those of 63 pages in one cache line. */
 typedef struct header_s {
-  _Atomic uint32_t back;     /* units given back */
-  _Atomic uint32_t idle;     /* a slab's: its empty pages counted in the pool's idle */
-  _Atomic uint32_t returned; /* a slab's: its pages given back to the system */
+  _Atomic uint32_t back;                    /* pages given back */
+  _Atomic uint32_t idle;                    /* its empty pages counted in the pool's idle */
+  _Atomic uint32_t returned;                /* its pages given back to the system */
+  _Atomic uint8_t blocks_back[SLAB / PAGE]; /* per page, its blocks given back */
 } header_t;
 
-#define HEADER(region) ((header_t *)(void *)(region))
+#define HEADER(slab) ((header_t *)(void *)(slab))
 
-/* A region hands out its units 1..last in order; unit 0 is its header. A
- * cursor is the region's address | the index of its next unit; 0: none. */
+/* A region hands out its units first..last in order. A cursor is the
+ * region's address | the index of its next unit; 0: none. */
 typedef struct shape_s {
-  uintptr_t size, unit, last;
+  uintptr_t size, unit, first, last;
 } shape_t;
 
-static const shape_t PAGE_SHAPE = {PAGE, POOL_BLOCK, PAGE / POOL_BLOCK - 1};
-static const shape_t SLAB_SHAPE = {SLAB, PAGE, SLAB / PAGE - 1};
+static const shape_t PAGE_SHAPE = {PAGE, POOL_BLOCK, 0, PAGE_BLOCKS - 1};
+static const shape_t SLAB_SHAPE = {SLAB, PAGE, 1, SLAB_PAGES};
 
-_Static_assert(sizeof(header_t) <= POOL_BLOCK && POOL_SLAB >= 2 * POOL_PAGE, "units and headers");
+_Static_assert(sizeof(header_t) <= POOL_PAGE && PAGE_BLOCKS < 256, "the header and its counts");
 
 #ifdef _WIN32
 #include <malloc.h>
@@ -136,14 +142,14 @@ static bool used_up(shape_t s, uintptr_t cursor) {
   return region_of(s, cursor) == NULL || index_of(s, cursor) > s.last;
 }
 
-/* `seen` (a cursor value) is used up: replaces it with `region` (unit 1
- * next), or, if NULL, rewinds its index so that failed calls never carry
+/* `seen` (a cursor value) is used up: replaces it with `region` (its first
+ * unit next), or, if NULL, rewinds its index so that failed calls never carry
  * into the address. Another thread may have put in a region since: that
  * one stays, even at the same address, since it is not used up. Returns
  * whether `region` went in. */
 static bool replace_used_up(shape_t s, _Atomic uintptr_t *cursor, uintptr_t seen, char *region) {
   char *old = region_of(s, seen);
-  uintptr_t next = region != NULL ? (uintptr_t)region | 1 : (uintptr_t)old | (s.last + 1);
+  uintptr_t next = region != NULL ? (uintptr_t)region | s.first : (uintptr_t)old | (s.last + 1);
   while (used_up(s, seen) && region_of(s, seen) == old)
     if (atomic_compare_exchange_weak_explicit(cursor, &seen, next, memory_order_release,
                                               memory_order_relaxed))
@@ -151,9 +157,11 @@ static bool replace_used_up(shape_t s, _Atomic uintptr_t *cursor, uintptr_t seen
   return false;
 }
 
-/* Counts `n` units of `region` given back; true if they were its last. */
-static bool all_back(shape_t s, char *region, uint32_t n) {
-  return atomic_fetch_add_explicit(&HEADER(region)->back, n, memory_order_acq_rel) + n == s.last;
+/* Counts `n` blocks of `page` given back; true if they were its last. */
+static bool blocks_back(char *page, unsigned n) {
+  header_t *h = HEADER(region_of(SLAB_SHAPE, (uintptr_t)page));
+  _Atomic uint8_t *count = &h->blocks_back[((uintptr_t)page & (SLAB - 1)) / PAGE];
+  return atomic_fetch_add_explicit(count, (uint8_t)n, memory_order_acq_rel) + n == PAGE_BLOCKS;
 }
 
 /* Takes a slab's pages given back to the system off the pool's count: it
@@ -167,7 +175,7 @@ static void forget_returned(pool_t *p, char *slab) {
  * becomes a spare or is unmapped. Returns true if it held the pool's last
  * reference. */
 static bool slab_back(pool_t *p, char *slab, uint32_t n) {
-  if (!all_back(SLAB_SHAPE, slab, n))
+  if (atomic_fetch_add_explicit(&HEADER(slab)->back, n, memory_order_acq_rel) + n != SLAB_PAGES)
     return false;
   atomic_fetch_sub_explicit(&p->idle, atomic_load(&HEADER(slab)->idle), memory_order_relaxed);
   bool spared = false;
@@ -217,6 +225,8 @@ static char *slab_new(pool_t *p) {
   atomic_init(&HEADER(slab)->back, 0);
   atomic_init(&HEADER(slab)->idle, 0);
   atomic_init(&HEADER(slab)->returned, 0);
+  for (unsigned i = 0; i < SLAB / PAGE; i++)
+    atomic_init(&HEADER(slab)->blocks_back[i], 0);
   atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
   return slab;
 }
@@ -230,7 +240,7 @@ static char *page_new(pool_t *p, unsigned k) {
       return region_of(SLAB_SHAPE, c) + index_of(SLAB_SHAPE, c) * PAGE;
     char *slab = slab_new(p);
     if (!replace_used_up(SLAB_SHAPE, &p->slab[k], c + 1, slab) && slab != NULL)
-      slab_back(p, slab, SLAB_SHAPE.last); /* another thread's went in: never the last reference */
+      slab_back(p, slab, SLAB_PAGES); /* another thread's went in: never the last reference */
     if (slab == NULL)
       return NULL;
   }
@@ -244,8 +254,6 @@ void *uvtw__pool_get(pool_t *p, uint64_t timeout) {
     if (!used_up(PAGE_SHAPE, c))
       return region_of(PAGE_SHAPE, c) + index_of(PAGE_SHAPE, c) * POOL_BLOCK;
     char *page = page_new(p, k);
-    if (page != NULL)
-      atomic_init(&HEADER(page)->back, 0);
     if (!replace_used_up(PAGE_SHAPE, &p->page[k], c + 1, page) && page != NULL)
       page_back(p, page); /* another thread's went in: never the last reference */
     if (page == NULL)
@@ -255,7 +263,7 @@ void *uvtw__pool_get(pool_t *p, uint64_t timeout) {
 
 bool uvtw__pool_put(pool_t *p, void *block) {
   char *page = region_of(PAGE_SHAPE, (uintptr_t)block);
-  return all_back(PAGE_SHAPE, page, 1) && page_back(p, page);
+  return blocks_back(page, 1) && page_back(p, page);
 }
 
 void uvtw__pool_retire(pool_t *p) {
@@ -273,12 +281,11 @@ void uvtw__pool_retire(pool_t *p) {
     uintptr_t c = atomic_exchange(&p->page[i], 0);
     char *page = region_of(PAGE_SHAPE, c);
     if (!used_up(PAGE_SHAPE, c) &&
-        all_back(PAGE_SHAPE, page, (uint32_t)(PAGE_SHAPE.last + 1 - index_of(PAGE_SHAPE, c))))
+        blocks_back(page, (unsigned)(PAGE_BLOCKS - index_of(PAGE_SHAPE, c))))
       page_back(p, page);
     c = atomic_exchange(&p->slab[i], 0);
     if (!used_up(SLAB_SHAPE, c))
-      slab_back(p, region_of(SLAB_SHAPE, c),
-                (uint32_t)(SLAB_SHAPE.last + 1 - index_of(SLAB_SHAPE, c)));
+      slab_back(p, region_of(SLAB_SHAPE, c), (uint32_t)(SLAB_PAGES + 1 - index_of(SLAB_SHAPE, c)));
   }
 }
 

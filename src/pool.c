@@ -1,10 +1,11 @@
-/* Task blocks: 128-byte blocks carved in order from 4 KiB pages, which are
- * carved in order from 256 KiB slabs, one page and one slab being filled
- * per timeout class (powers of two): tasks that share a page or a slab were
- * scheduled at about the same time with about the same timeout, so they
- * end at about the same time.
+/* Task blocks: 128-byte blocks carved in order from 256 KiB slabs, one
+ * slab being filled per timeout class (powers of two): tasks that share a
+ * slab, and within it a 4 KiB page of 32 blocks, were scheduled at about
+ * the same time with about the same timeout, so they end at about the same
+ * time.
  *
- * Memory follows what is alive. A slab whose 63 pages are all empty
+ * Memory follows what is alive, a page at a time. A page whose 32 blocks
+ * have all been given back is empty. A slab whose 63 pages are all empty
  * becomes a spare (up to POOL_SPARES of them) or is unmapped: one system
  * call for 2,016 tasks. An empty page in a slab still in use is kept, up
  * to POOL_IDLE such pages in all, since the pages around it usually empty
@@ -20,14 +21,14 @@
  * small blocks in its own lists: one live block among freed ones keeps
  * their memory in the process for good.
  *
- * Any thread takes a block with one atomic add on its class's page cursor:
- * the page's address (pages are aligned to their size) plus the index of
- * its next block. A page is filled again only once it is empty: a block is
- * never handed to one thread while another still holds it. The thread that
- * finds a page used up puts in the next page of its class's slab, taken
- * with the same atomic add one level up, or a page of a new slab (a spare
- * one if there is). Page 0 of a slab is its header: it counts the pages
- * given back, and for each page the blocks given back.
+ * Any thread takes a block with one atomic add on its class's cursor: the
+ * slab's address (slabs are aligned to their size) plus the index of its
+ * next block. A slab is filled again only once it is empty: a block is
+ * never handed to one thread while another still holds it. The thread
+ * that finds a slab used up puts in another: a spare, or a new mapping.
+ * Page 0 of a slab is its header: it counts the pages given back, and for
+ * each page the blocks given back, in one cache line for the loop, which
+ * gives blocks back in deadline order rather than page by page.
  *
  * On Windows, empty pages are not given back one by one: a slab goes back
  * once all its pages have.
@@ -49,10 +50,10 @@
 
 #define PAGE_BLOCKS (PAGE / POOL_BLOCK)
 #define SLAB_PAGES (SLAB / PAGE - 1) /* page 0: the header */
+#define FIRST_BLOCK PAGE_BLOCKS      /* the first block after the header */
+#define LAST_BLOCK (SLAB / POOL_BLOCK - 1)
 
-/* A slab's page 0. The counts of a page's blocks are here rather than in
- * the page, so that the loop, which gives blocks back in deadline order,
- * finds those of 63 pages in one cache line. */
+/* A slab's page 0. */
 typedef struct header_s {
   _Atomic uint32_t back;                    /* pages given back */
   _Atomic uint32_t idle;                    /* its empty pages counted in the pool's idle */
@@ -61,15 +62,6 @@ typedef struct header_s {
 } header_t;
 
 #define HEADER(slab) ((header_t *)(void *)(slab))
-
-/* A region hands out its units first..last in order. A cursor is the
- * region's address | the index of its next unit; 0: none. */
-typedef struct shape_s {
-  uintptr_t size, unit, first, last;
-} shape_t;
-
-static const shape_t PAGE_SHAPE = {PAGE, POOL_BLOCK, 0, PAGE_BLOCKS - 1};
-static const shape_t SLAB_SHAPE = {SLAB, PAGE, 1, SLAB_PAGES};
 
 _Static_assert(sizeof(header_t) <= POOL_PAGE && PAGE_BLOCKS < 256, "the header and its counts");
 
@@ -106,10 +98,8 @@ void uvtw__pool_init(pool_t *p) {
   atomic_init(&p->refs, 1);
   atomic_init(&p->idle, 0);
   atomic_init(&p->returned, 0);
-  for (unsigned i = 0; i < POOL_CLASSES; i++) {
-    atomic_init(&p->page[i], 0);
+  for (unsigned i = 0; i < POOL_CLASSES; i++)
     atomic_init(&p->slab[i], 0);
-  }
   for (unsigned i = 0; i < POOL_SPARES; i++)
     atomic_init(&p->spare[i], NULL);
 }
@@ -127,40 +117,40 @@ uint64_t uvtw__pool_bytes(pool_t *p) {
   return slabs * SLAB - (uint64_t)atomic_load(&p->returned) * PAGE;
 }
 
-/* ---- regions: pages of blocks, slabs of pages -------------------------------- */
+/* ---- slabs ---------------------------------------------------------------- */
 
-static char *region_of(shape_t s, uintptr_t cursor) {
-  return (char *)(cursor & ~(s.size - 1));
+static char *slab_of(uintptr_t cursor_or_address) {
+  return (char *)(cursor_or_address & ~(SLAB - 1));
 }
 
-static uintptr_t index_of(shape_t s, uintptr_t cursor) {
-  return cursor & (s.size - 1);
+static uintptr_t index_of(uintptr_t cursor) {
+  return cursor & (SLAB - 1);
 }
 
-/* No region, or every unit of it handed out. */
-static bool used_up(shape_t s, uintptr_t cursor) {
-  return region_of(s, cursor) == NULL || index_of(s, cursor) > s.last;
+/* No slab, or every block of it handed out. */
+static bool used_up(uintptr_t cursor) {
+  return slab_of(cursor) == NULL || index_of(cursor) > LAST_BLOCK;
 }
 
-/* `seen` (a cursor value) is used up: replaces it with `region` (its first
- * unit next), or, if NULL, rewinds its index so that failed calls never carry
- * into the address. Another thread may have put in a region since: that
- * one stays, even at the same address, since it is not used up. Returns
- * whether `region` went in. */
-static bool replace_used_up(shape_t s, _Atomic uintptr_t *cursor, uintptr_t seen, char *region) {
-  char *old = region_of(s, seen);
-  uintptr_t next = region != NULL ? (uintptr_t)region | s.first : (uintptr_t)old | (s.last + 1);
-  while (used_up(s, seen) && region_of(s, seen) == old)
+/* `seen` (a cursor value) is used up: replaces it with `slab` (its first
+ * block next), or, if NULL, rewinds its index so that failed calls never
+ * carry into the address. Another thread may have put in a slab since:
+ * that one stays, even at the same address, since it is not used up.
+ * Returns whether `slab` went in. */
+static bool replace_used_up(_Atomic uintptr_t *cursor, uintptr_t seen, char *slab) {
+  char *old = slab_of(seen);
+  uintptr_t next = slab != NULL ? (uintptr_t)slab | FIRST_BLOCK : (uintptr_t)old | (LAST_BLOCK + 1);
+  while (used_up(seen) && slab_of(seen) == old)
     if (atomic_compare_exchange_weak_explicit(cursor, &seen, next, memory_order_release,
                                               memory_order_relaxed))
       return true;
   return false;
 }
 
-/* Counts `n` blocks of `page` given back; true if they were its last. */
-static bool blocks_back(char *page, unsigned n) {
-  header_t *h = HEADER(region_of(SLAB_SHAPE, (uintptr_t)page));
-  _Atomic uint8_t *count = &h->blocks_back[((uintptr_t)page & (SLAB - 1)) / PAGE];
+/* Counts `n` blocks of the page at `address` given back; true if they were
+ * its last. */
+static bool blocks_back(uintptr_t address, unsigned n) {
+  _Atomic uint8_t *count = &HEADER(slab_of(address))->blocks_back[index_of(address) / PAGE];
   return atomic_fetch_add_explicit(count, (uint8_t)n, memory_order_acq_rel) + n == PAGE_BLOCKS;
 }
 
@@ -195,7 +185,7 @@ static bool slab_back(pool_t *p, char *slab, uint32_t n) {
  * POOL_IDLE such pages, or goes back to the system; either way it counts
  * in its slab. */
 static bool page_back(pool_t *p, char *page) {
-  char *slab = region_of(SLAB_SHAPE, (uintptr_t)page);
+  char *slab = slab_of((uintptr_t)page);
   if (atomic_fetch_add_explicit(&p->idle, 1, memory_order_relaxed) < POOL_IDLE) {
     atomic_fetch_add_explicit(&HEADER(slab)->idle, 1, memory_order_relaxed);
   } else {
@@ -231,39 +221,24 @@ static char *slab_new(pool_t *p) {
   return slab;
 }
 
-/* The next page of class `k`'s slab, of a new slab when that one is used
- * up; NULL if out of memory. */
-static char *page_new(pool_t *p, unsigned k) {
+void *uvtw__pool_get(pool_t *p, uint64_t timeout) {
+  unsigned k = timeout == 0 ? 0 : 1 + (unsigned)uvtw__highest_bit(timeout); /* its class */
+  _Atomic uintptr_t *cursor = &p->slab[k < POOL_CLASSES ? k : POOL_CLASSES - 1];
   for (;;) {
-    uintptr_t c = atomic_fetch_add_explicit(&p->slab[k], 1, memory_order_acquire);
-    if (!used_up(SLAB_SHAPE, c))
-      return region_of(SLAB_SHAPE, c) + index_of(SLAB_SHAPE, c) * PAGE;
+    uintptr_t c = atomic_fetch_add_explicit(cursor, 1, memory_order_acquire);
+    if (!used_up(c))
+      return slab_of(c) + index_of(c) * POOL_BLOCK;
     char *slab = slab_new(p);
-    if (!replace_used_up(SLAB_SHAPE, &p->slab[k], c + 1, slab) && slab != NULL)
+    if (!replace_used_up(cursor, c + 1, slab) && slab != NULL)
       slab_back(p, slab, SLAB_PAGES); /* another thread's went in: never the last reference */
     if (slab == NULL)
       return NULL;
   }
 }
 
-void *uvtw__pool_get(pool_t *p, uint64_t timeout) {
-  unsigned k = timeout == 0 ? 0 : 1 + (unsigned)uvtw__highest_bit(timeout); /* its class */
-  k = k < POOL_CLASSES ? k : POOL_CLASSES - 1;
-  for (;;) {
-    uintptr_t c = atomic_fetch_add_explicit(&p->page[k], 1, memory_order_acquire);
-    if (!used_up(PAGE_SHAPE, c))
-      return region_of(PAGE_SHAPE, c) + index_of(PAGE_SHAPE, c) * POOL_BLOCK;
-    char *page = page_new(p, k);
-    if (!replace_used_up(PAGE_SHAPE, &p->page[k], c + 1, page) && page != NULL)
-      page_back(p, page); /* another thread's went in: never the last reference */
-    if (page == NULL)
-      return NULL;
-  }
-}
-
 bool uvtw__pool_put(pool_t *p, void *block) {
-  char *page = region_of(PAGE_SHAPE, (uintptr_t)block);
-  return blocks_back(page, 1) && page_back(p, page);
+  uintptr_t address = (uintptr_t)block;
+  return blocks_back(address, 1) && page_back(p, (char *)(address & ~(PAGE - 1)));
 }
 
 void uvtw__pool_retire(pool_t *p) {
@@ -276,16 +251,19 @@ void uvtw__pool_retire(pool_t *p) {
       slab_unmap(slab);
     }
   }
-  /* Units never handed out count as given back. */
+  /* Blocks never handed out count as given back: the rest of a page begun,
+   * then whole pages. */
   for (unsigned i = 0; i < POOL_CLASSES; i++) {
-    uintptr_t c = atomic_exchange(&p->page[i], 0);
-    char *page = region_of(PAGE_SHAPE, c);
-    if (!used_up(PAGE_SHAPE, c) &&
-        blocks_back(page, (unsigned)(PAGE_BLOCKS - index_of(PAGE_SHAPE, c))))
-      page_back(p, page);
-    c = atomic_exchange(&p->slab[i], 0);
-    if (!used_up(SLAB_SHAPE, c))
-      slab_back(p, region_of(SLAB_SHAPE, c), (uint32_t)(SLAB_PAGES + 1 - index_of(SLAB_SHAPE, c)));
+    uintptr_t c = atomic_exchange(&p->slab[i], 0);
+    if (used_up(c))
+      continue;
+    char *slab = slab_of(c);
+    uintptr_t next = index_of(c), pages_left = (LAST_BLOCK + 1 - next) / PAGE_BLOCKS;
+    if (next % PAGE_BLOCKS != 0 && blocks_back((uintptr_t)(slab + next * POOL_BLOCK),
+                                               (unsigned)(PAGE_BLOCKS - next % PAGE_BLOCKS)))
+      page_back(p, slab + next / PAGE_BLOCKS * PAGE);
+    if (pages_left > 0)
+      slab_back(p, slab, (uint32_t)pages_left);
   }
 }
 
@@ -301,8 +279,7 @@ const char *uvtw__pool_check(pool_t *p, bool retired) {
               "a spare is not a slab");
   }
   for (unsigned i = 0; i < POOL_CLASSES; i++)
-    INVARIANT(!retired || (atomic_load(&p->page[i]) == 0 && atomic_load(&p->slab[i]) == 0),
-              "a retired pool carves");
+    INVARIANT(!retired || atomic_load(&p->slab[i]) == 0, "a retired pool carves");
   /* Other threads may count an idle page in before they check the budget. */
   INVARIANT(atomic_load(&p->idle) <= POOL_IDLE + 64, "more idle pages than the budget");
   return NULL;

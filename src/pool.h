@@ -1,8 +1,8 @@
 /* Task blocks: where uvtw_schedule's tasks live (see pool.c).
  *
- * A task's block is carved, with one atomic add, from the 4 KiB page its
- * timeout class is filling; pages are carved the same way from the class's
- * 256 KiB slab. A slab goes back once all its pages are empty; a task that
+ * A task's block is carved, with one atomic add, from the 256 KiB slab its
+ * timeout class is filling. A slab goes back once all its 4 KiB pages are
+ * empty, and an empty page beyond a small budget at once; a task that
  * lives long keeps its page and its slab's header page, 8 KiB, since the
  * empty pages around it go back to the system beyond a small budget. The
  * pool counts references for its owner: the owner's own and one per slab
@@ -25,9 +25,7 @@ typedef struct pool_s {
   _Atomic uint32_t refs;     /* the owner's, and one per slab in use */
   _Atomic uint32_t idle;     /* empty pages kept in slabs in use (about POOL_IDLE at most) */
   _Atomic uint32_t returned; /* pages given back to the system, of slabs still mapped */
-  /* Per class: the page being filled | the index of its next block, and
-   * the slab being carved | the index of its next page; 0: none. */
-  _Atomic uintptr_t page[POOL_CLASSES];
+  /* Per class: the slab being filled | the index of its next block; 0: none. */
   _Atomic uintptr_t slab[POOL_CLASSES];
   _Atomic(void *) spare[POOL_SPARES]; /* empty slabs, NULL, or POOL_CLOSED once retired */
 } pool_t;

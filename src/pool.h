@@ -38,7 +38,7 @@ void *uvtw__pool_get(pool_t *p, uint64_t timeout);
  * reference: the owner is to be freed. */
 bool uvtw__pool_put(pool_t *p, void *block);
 /* The owner, once no block will be taken any more: the spare slabs go
- * back, and the pages and slabs being filled as soon as their blocks have. */
+ * back, and the slabs being filled as soon as their blocks have. */
 void uvtw__pool_retire(pool_t *p);
 /* Drops a reference; true if it was the last: the owner is to be freed. */
 bool uvtw__pool_unref(pool_t *p);

@@ -197,7 +197,7 @@ static bool page_back(pool_t *p, char *page) {
   return slab_back(p, slab, 1);
 }
 
-/* An empty slab holding a reference to the pool from before any page is
+/* An empty slab holding a reference to the pool from before any block is
  * out: a spare, or a new one; NULL if out of memory. */
 static char *slab_new(pool_t *p) {
   char *slab = NULL;

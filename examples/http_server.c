@@ -1336,10 +1336,15 @@ static void accept_one(http_server_t *s) {
   conn_open(s, c, -1);
 }
 
-/* Whether bytes from the client wait in the connection's socket, unread. */
+/* Whether bytes from the client wait in the socket, unread. */
 static int bytes_waiting(uv_os_fd_t fd) {
   int n = 0;
   return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+}
+
+static int conn_bytes_waiting(conn_t *c) {
+  uv_os_fd_t fd;
+  return uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && bytes_waiting(fd);
 }
 
 /* At shutdown, before the listener closes: takes every connection still in
@@ -1415,8 +1420,8 @@ static void maybe_finish_shutdown(http_server_t *s) {
 
 static void drop_all(http_server_t *s) {
   while (s->connections != NULL) {
-    if (conn_in_flight(s->connections))
-      s->counters.drain_dropped++;
+    if (conn_in_flight(s->connections) || conn_bytes_waiting(s->connections))
+      s->counters.drain_dropped++; /* a request arrived, read or not */
     conn_close(s->connections, CLOSE_SHUTDOWN);
   }
 }
@@ -1444,10 +1449,9 @@ void http_server_shutdown(http_server_t *s) {
   /* Idle connections close, but not one whose next request has reached
    * the machine and waits unread: it is answered. */
   for (c = s->connections; c != NULL; c = next) {
-    uv_os_fd_t fd;
     next = c->next;
     if ((c->state == ST_IDLE || (c->state == ST_READING && !c->request_started)) &&
-        !(uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && bytes_waiting(fd)))
+        !conn_bytes_waiting(c))
       conn_close(c, CLOSE_SHUTDOWN);
   }
   if (s->config.shutdown_grace > 0)

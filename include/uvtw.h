@@ -384,9 +384,9 @@ UVTW_EXTERN int64_t uvtw_wheel_advance_next(uvtw_wheel_t *wheel);
  * shows up in the lateness of every timer due meanwhile.
  *
  * A manual-clock wheel counts every callback 0 ms late (and keeps
- * late_max_ms and late_total_ms at 0): its time moves in the test's steps, which say nothing
- * about the loop, even for an entry made due inside a pass, which runs one
- * tick later.
+ * late_max_ms and late_total_ms at 0): its time moves in the test's steps,
+ * which say nothing about the loop, even for an entry made due inside a
+ * pass, which runs one tick later.
  *
  * Counting adds nothing to start, stop or restart, and to a fire a bit
  * scan and an increment: no allocation, no call into libuv.

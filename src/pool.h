@@ -2,11 +2,10 @@
  *
  * A task's block is carved, with one atomic add, from the 256 KiB slab its
  * timeout class is filling. A slab goes back once all its 4 KiB pages are
- * empty, and an empty page beyond a small budget at once; a task that
- * lives long keeps its page and its slab's header page, 8 KiB, since the
- * empty pages around it go back to the system beyond a small budget. The
- * pool counts references for its owner: the owner's own and one per slab
- * in use, so the owner (and the pool in it) outlives every block. */
+ * empty, and an empty page at once beyond a budget, so a task that lives
+ * long keeps its page and its slab's header page, 8 KiB. The pool counts
+ * references for its owner: the owner's own and one per slab in use, so
+ * the owner (and the pool in it) outlives every block. */
 #ifndef UVTW_POOL_H
 #define UVTW_POOL_H
 
@@ -15,7 +14,7 @@
 #include <stdint.h>
 
 #define POOL_BLOCK 128         /* bytes, two cache lines */
-#define POOL_PAGE 4096         /* bytes; block 0 is the page's header */
+#define POOL_PAGE 4096         /* bytes: 32 blocks, the unit memory goes back in */
 #define POOL_SLAB (256 * 1024) /* bytes; page 0 is the slab's header */
 #define POOL_CLASSES 12        /* timeouts 0, 1, 2-3, 4-7, ..., 512-1023 ms, 1024 ms and more */
 #define POOL_SPARES 4          /* empty slabs kept for reuse: 1 MiB */

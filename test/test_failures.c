@@ -37,7 +37,7 @@
 #include <uv.h>
 
 #include "src/internal.h" /* uvtw__tasks_bytes */
-#include "src/pool.h"     /* the pages' and slabs' sizes, how many pages are cached */
+#include "src/pool.h"     /* the pool's sizes, spares and budget */
 #include "tap.h"
 #include "uvtw.h"
 
@@ -327,10 +327,9 @@ static void test_memory_schedule(void) {
          "%s: the closed wheel leaves nothing allocated or mapped", T);
 }
 
-/* Two calls find the page of their timeout class used up (here: none yet)
- * and the slab too, at once: the one that maps a slab second keeps it as a
- * spare, and takes a block of the other's page. Both tasks run; nothing is
- * left mapped. */
+/* Two calls find the slab of their timeout class used up (here: none yet)
+ * at once: the one that maps its slab second keeps it as a spare and takes
+ * a block of the other's. Both tasks run; nothing is left mapped. */
 static void test_slab_race(void) {
   const char *T = "slab race";
   uv_loop_t loop;
@@ -455,6 +454,30 @@ static void test_steady_flow(void) {
   close_all(&loop, wheel, T);
 }
 
+/* A ticket kept past the wheel's close keeps its slab, and the shared part
+ * it points to, until it is released: then everything goes back. */
+static void test_ticket_outlives_wheel(void) {
+  const char *T = "ticket outlives wheel";
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel = NULL;
+  uvtw_options_t options = {.manual_clock = 1};
+  task_probe_t probe = {0, 0};
+  long live_start = live, mapped_start = mapped;
+  if (!open_wheel(&loop, &options, &wheel, T))
+    return;
+  uvtw_ticket_t *kept = NULL;
+  EXPECT_ERR(uvtw_schedule(wheel, 5000, on_task, &probe, &kept), 0, "%s: a task with a ticket", T);
+  close_all(&loop, wheel, T);
+  tap_ok(probe.calls == 1 && probe.status == UV_ECANCELED,
+         "%s: the close ended the task with UV_ECANCELED", T);
+  tap_ok(mapped > mapped_start && live > live_start,
+         "%s: the ticket keeps its slab and the shared part after the close", T);
+  EXPECT_ERR(uvtw_ticket_cancel(kept), UV_EALREADY, "%s: the ticket still answers", T);
+  uvtw_ticket_release(kept);
+  tap_ok(mapped == mapped_start && live == live_start,
+         "%s: its release gives back the slab and the shared part", T);
+}
+
 /* ---- a caller's mistakes, overflowing deadlines --------------------------- */
 
 static void on_timer(uvtw_timer_t *timer) {
@@ -547,7 +570,8 @@ int main(int argc, char **argv) {
       TAP_CASE(descriptors_exhausted), TAP_CASE(memory_wheel_new),
       TAP_CASE(memory_schedule),       TAP_CASE(slab_race),
       TAP_CASE(memory_follows_alive),  TAP_CASE(steady_flow),
-      TAP_CASE(caller_mistakes),       TAP_CASE(deadline_overflow),
+      TAP_CASE(ticket_outlives_wheel), TAP_CASE(caller_mistakes),
+      TAP_CASE(deadline_overflow),
   };
   tap_diag("libuv %s, uvtw %s", uv_version_string(), uvtw_version_string());
   return tap_run_cases(argc, argv, cases, sizeof cases / sizeof cases[0]);

@@ -94,19 +94,29 @@ function startServer(exe, args, prefix = []) {
   });
 }
 
-// GET /stats on a fresh connection: the counters as numbers by name.
-function stats(server) {
-  return new Promise((resolve, reject) => {
-    const req = http.get({ host: HOST, port: server.port, path: '/stats', agent: false },
-      (res) => {
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (d) => { body += d; });
-        res.on('end', () => resolve(parseStats(body)));
-      });
-    req.setTimeout(5000, () => req.destroy(new Error('stats timed out')));
-    req.on('error', reject);
+// GET on a fresh connection (no agent): resolves { status, type, body, ms },
+// or { status: 0, error, ms } if the request failed or took over `timeoutMs`.
+function get(port, pathname, timeoutMs = 5000) {
+  return new Promise((resolve) => {
+    const t0 = performance.now();
+    const req = http.get({ host: HOST, port, path: pathname, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => resolve({
+        status: res.statusCode, type: res.headers['content-type'], body, ms: performance.now() - t0,
+      }));
+    });
+    req.setTimeout(timeoutMs, () => req.destroy(new Error('timeout')));
+    req.on('error', (e) => resolve({ status: 0, error: e.code || e.message, ms: performance.now() - t0 }));
   });
+}
+
+// GET /stats on a fresh connection: the counters as numbers by name.
+async function stats(server) {
+  const r = await get(server.port, '/stats');
+  if (r.status !== 200) throw new Error(`GET /stats: ${r.error || r.status}`);
+  return parseStats(r.body);
 }
 
 function parseStats(line) {
@@ -223,6 +233,6 @@ function parseResponses(buf, methods = []) {
 }
 
 module.exports = {
-  HOST, ok, eq, skip, diag, run, sleep, startServer, stats, parseStats, waitStats, connect,
+  HOST, ok, eq, skip, diag, run, sleep, startServer, get, stats, parseStats, waitStats, connect,
   waitData, exchange, parseResponses,
 };

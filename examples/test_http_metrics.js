@@ -25,7 +25,6 @@
 // Loopback only; about 25 s with Prometheus.
 const { spawn, spawnSync } = require('child_process');
 const fs = require('fs');
-const http = require('http');
 const net = require('net');
 const os = require('os');
 const path = require('path');
@@ -35,20 +34,6 @@ const exe = process.argv[2];
 const only = process.argv.slice(3);
 const QUERY =
   'histogram_quantile(0.99, sum by (le) (rate(uvtw_timer_lateness_seconds_bucket[5s])))';
-
-// GET on a fresh connection; resolves { status, type, body }.
-function get(port, urlPath, timeoutMs = 5000) {
-  return new Promise((resolve, reject) => {
-    const req = http.get({ host: t.HOST, port, path: urlPath, agent: false }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => { body += d; });
-      res.on('end', () => resolve({ status: res.statusCode, type: res.headers['content-type'], body }));
-    });
-    req.setTimeout(timeoutMs, () => req.destroy(new Error(`GET ${urlPath} timed out`)));
-    req.on('error', reject);
-  });
-}
 
 // The samples of a page: [{ name, labels: {k: v}, value }].
 function samples(page) {
@@ -73,8 +58,8 @@ function which(program) {
 
 async function casePage() {
   const s = await t.startServer(exe, ['--workers', '2']);
-  await get(s.port, '/');
-  const r = await get(s.port, '/metrics');
+  await t.get(s.port, '/');
+  const r = await t.get(s.port, '/metrics');
   t.eq(r.status, 200, 'page: GET /metrics answers 200');
   t.eq(r.type, 'text/plain; version=0.0.4; charset=utf-8', 'page: the Prometheus text format, 0.0.4');
   const all = samples(r.body);
@@ -121,14 +106,14 @@ async function casePromtool(page) {
 
 async function caseShedding() {
   const s = await t.startServer(exe, ['--max-loop-delay', '50']);
-  await get(s.port, '/spin?ms=300');
+  await t.get(s.port, '/spin?ms=300');
   let shed = null;
   const end = performance.now() + 3000;
   while (performance.now() < end && (shed === null || shed.status !== 503)) {
-    shed = await get(s.port, '/');
+    shed = await t.get(s.port, '/');
     if (shed.status !== 503) await t.sleep(50);
   }
-  const m = await get(s.port, '/metrics');
+  const m = await t.get(s.port, '/metrics');
   t.ok(shed.status === 503 && m.status === 200,
     `shedding: GET / gets ${shed.status} while GET /metrics gets ${m.status}`);
   const all = samples(m.body);
@@ -150,7 +135,8 @@ function freePort() {
 }
 
 async function query(promPort, expr) {
-  const r = await get(promPort, `/api/v1/query?query=${encodeURIComponent(expr)}`);
+  const r = await t.get(promPort, `/api/v1/query?query=${encodeURIComponent(expr)}`);
+  if (r.status !== 200) throw new Error(`Prometheus: ${r.error || r.status}`);
   const j = JSON.parse(r.body);
   const v = j.data && j.data.result && j.data.result[0];
   return v ? Number(v.value[1]) : NaN;
@@ -185,7 +171,7 @@ async function casePrometheus() {
     await t.sleep(6500); // a full 5 s window of scrapes
     const quiet = await query(promPort, QUERY);
     t.ok(quiet < 0.05, `prometheus: the quiet server's p99 lateness is ${quiet} s (< 0.05)`);
-    await get(s.port, '/spin?ms=300');
+    await t.get(s.port, '/spin?ms=300');
     let worst = NaN;
     const seen = [];
     const end = performance.now() + 5000;

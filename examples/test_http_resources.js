@@ -21,7 +21,6 @@
 // Loopback only; about 15 s.
 const { once } = require('events');
 const fs = require('fs');
-const http = require('http');
 const t = require('./http_test_lib');
 
 const exe = process.argv[2];
@@ -33,19 +32,7 @@ function cpuSeconds(pid) {
   return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ 100)
 }
 
-function get(port, pathname, timeoutMs = 5000) {
-  return new Promise((resolve) => {
-    const t0 = performance.now();
-    const req = http.get({ host: t.HOST, port, path: pathname, agent: false }, (res) => {
-      let body = '';
-      res.setEncoding('utf8');
-      res.on('data', (d) => { body += d; });
-      res.on('end', () => resolve({ status: res.statusCode, body, ms: performance.now() - t0 }));
-    });
-    req.setTimeout(timeoutMs, () => req.destroy(new Error('timeout')));
-    req.on('error', (e) => resolve({ status: 0, error: e.code || e.message, ms: performance.now() - t0 }));
-  });
-}
+const { get } = t;
 
 async function nonReaders() {
   const SEND_TIMEOUT = 500;

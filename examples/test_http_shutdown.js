@@ -27,6 +27,17 @@ const exe = process.argv[2];
 const only = process.argv.slice(3);
 const H = `Host: ${t.HOST}\r\n`;
 
+// `n` connections, each with a GET of `path` sent.
+async function sendGets(port, n, path) {
+  const cs = [];
+  for (let i = 0; i < n; i++) {
+    const c = await t.connect(port);
+    c.sock.write(`GET ${path} HTTP/1.1\r\n${H}\r\n`);
+    cs.push(c);
+  }
+  return cs;
+}
+
 function refused(port) {
   return new Promise((resolve) => {
     const s = net.connect({ host: t.HOST, port });
@@ -47,12 +58,7 @@ async function drain() {
     await t.waitData(c, (d) => t.parseResponses(d).responses.length === 1);
     idle.push(c);
   }
-  const busy = [];
-  for (let i = 0; i < BUSY; i++) {
-    const c = await t.connect(server.port);
-    c.sock.write(`GET /delay?ms=${DELAY} HTTP/1.1\r\n${H}\r\n`);
-    busy.push(c);
-  }
+  const busy = await sendGets(server.port, BUSY, `/delay?ms=${DELAY}`);
   const piped = await t.connect(server.port);
   piped.sock.write(`GET /delay?ms=${DELAY} HTTP/1.1\r\n${H}\r\nGET /delay?ms=100 HTTP/1.1\r\n${H}\r\n`);
   // Every /delay request has been taken in (its task is on the wheel).
@@ -100,12 +106,7 @@ async function grace() {
   const GRACE = 300;
   const N = 10;
   const server = await t.startServer(exe, ['--shutdown-grace', String(GRACE)]);
-  const cs = [];
-  for (let i = 0; i < N; i++) {
-    const c = await t.connect(server.port);
-    c.sock.write(`GET /delay?ms=5000 HTTP/1.1\r\n${H}\r\n`);
-    cs.push(c);
-  }
+  const cs = await sendGets(server.port, N, '/delay?ms=5000');
   await t.waitStats(server, (s) => s.delay_scheduled >= N, 5000);
   const sig = performance.now();
   server.proc.kill('SIGTERM');
@@ -144,19 +145,9 @@ async function backlog(workers) {
   const SPINS = workers > 1 ? 4 : 1;
   const LATE = 4;
   const server = await t.startServer(exe, ['--workers', String(workers)]);
-  const spins = [];
-  for (let i = 0; i < SPINS; i++) {
-    const c = await t.connect(server.port);
-    c.sock.write(`GET /spin?ms=500 HTTP/1.1\r\n${H}\r\n`);
-    spins.push(c);
-  }
+  const spins = await sendGets(server.port, SPINS, '/spin?ms=500');
   await t.sleep(100); // the loops are blocked
-  const late = [];
-  for (let i = 0; i < LATE; i++) {
-    const c = await t.connect(server.port);
-    c.sock.write(`GET / HTTP/1.1\r\n${H}\r\n`);
-    late.push(c);
-  }
+  const late = await sendGets(server.port, LATE, '/');
   await t.sleep(50);
   server.proc.kill('SIGTERM');
   await Promise.all([...spins, ...late].map((c) => c.done));

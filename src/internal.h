@@ -1,8 +1,22 @@
-/* What loop.c and tasks.c share: the wheel object and the calls between the
- * two. Nothing here is public. */
+/* The wheel object, and the calls between the glue's files. Nothing here is
+ * public. Each file calls only the files below it:
+ *
+ *   life.c     the wheel's life: new, close, references, stats; its
+ *              handles, and the ring of the wheels of one loop
+ *   manual.c   the manual clock: uvtw_wheel_advance, _advance_next, _now
+ *   timer.c    uvtw_timer_*: loop-thread timers, an entry each
+ *   tasks.c    uvtw_schedule and tickets: cross-thread tasks, an entry each
+ *   core.c     the scheduling core: the clock and ticks, filing and
+ *              unlinking entries, arming the uv_timer_t, passes, references
+ *   wheel.c mpsc.c pool.c late.c    pure: no libuv, no wheel object
+ *
+ * The core knows entries with a callback, not timers or tasks: life.c gives
+ * it, at uvtw_wheel_new, the callback of each kind of entry (timer.c's and
+ * tasks.c's trampolines) and what runs where a pass ends. */
 #ifndef UVTW_INTERNAL_H
 #define UVTW_INTERNAL_H
 
+#include "check.h"
 #include "uvtw.h"
 #include "wheel.h" /* and with it stdbool.h, stddef.h, stdint.h */
 
@@ -10,37 +24,59 @@
 
 /* Flags in an entry's `wheel_` (the wheel's address is 8-byte aligned). */
 #define ENTRY_UNREF ((uintptr_t)1) /* does not keep the loop alive */
-#define ENTRY_TASK ((uintptr_t)2)  /* a task's entry (tasks.c), not a timer */
+#define ENTRY_TASK ((uintptr_t)2)  /* a task's entry (tasks.c); else a timer's (timer.c) */
 #define ENTRY_FLAGS (ENTRY_UNREF | ENTRY_TASK)
+
+/* libuv 1.48 and later collect a timer phase's due timers at its start and
+ * run a uv_timer_t started in that phase in the next one (core.c). */
+#define LIBUV_COLLECTS_DUE_TIMERS (1u << 16 | 48u << 8)
 
 typedef struct uvtw_shared_s uvtw_shared_t;
 
-/* What the wheel's uv_timer_t is doing: the one state loop.c's arming logic
- * decides from (see the top of loop.c). */
+/* The wheel's life and modes, in one word as libuv keeps a handle's. */
+enum {
+  WHEEL_CLOSING = 1,  /* uvtw_wheel_close was called */
+  WHEEL_MANUAL = 2,   /* on the wheel's own clock */
+  WHEEL_REF = 4,      /* uvtw_wheel_ref (the default) or uvtw_wheel_unref */
+  WHEEL_LOOP_RAN = 8, /* the loop has run an iteration, or a timer was started */
+};
+
+/* What the wheel's uv_timer_t and uv_prepare_t are doing (core.c). */
 enum arming {
-  ARM_IDLE,      /* stopped: nothing pending, or a manual clock */
-  ARM_TIMER,     /* started for armed_at */
+  ARM_IDLE,      /* both stopped: nothing pending, a manual clock, or closing */
+  ARM_TIMER,     /* the uv_timer_t started for armed_at */
   ARM_COLLECTED, /* due in the timer phase under way; the pass's entries are expired */
   ARM_IN_PASS,   /* running a pass */
-  ARM_WAIT,      /* libuv < 1.48, after a pass: the next pass waits for the prepare */
-  ARM_CLOSED,    /* uvtw_wheel_close was called */
+  ARM_WAIT,      /* libuv < 1.48, after a pass: the uv_prepare_t arms the next pass */
 };
+
+/* How the core arms on one libuv (core.c), chosen once at uvtw_wheel_new. */
+typedef struct arming_policy_s {
+  bool collects; /* the timer phase collects its due timers first (libuv >= 1.48) */
+  enum arming after_pass;
+  /* The arming after an entry due now is filed on an IDLE or TIMER wheel. */
+  enum arming (*due_filed)(const uvtw_wheel_t *w, uint64_t now);
+} arming_policy_t;
 
 struct uvtw_wheel_s {
   uv_loop_t *loop;
-  uvtw_shared_t *shared; /* what other threads and tickets touch (tasks.c) */
-  uvtw_wheel_t *peer;    /* the next open wheel on the same loop: a ring */
+  unsigned flags; /* WHEEL_* */
   enum arming arming;
+  const arming_policy_t *policy;
   uint32_t tick_ms;
-  bool manual;        /* on the wheel's own clock */
-  bool pass_by_timer; /* libuv >= 1.48 runs a timer started in its timer phase next time */
-  bool referenced;    /* uvtw_wheel_ref / uvtw_wheel_unref */
-  bool loop_ran;      /* the loop has run an iteration, or a timer was started */
-  int handles_closed;
-  uint64_t armed_at;   /* ticks; a filing earlier than this re-arms (0: none does) */
-  uint64_t manual_now; /* ms, the manual clock */
-  uint64_t unrefs;     /* pending timers that do not keep the loop alive */
-  uvtw_stats_t stats;  /* counters kept as they happen; completed on read */
+  int open_handles;      /* counted down as the handles close (life.c) */
+  uvtw_wheel_t *peer;    /* the next open wheel on the same loop: a ring (life.c) */
+  uvtw_shared_t *shared; /* what other threads and tickets touch (tasks.c) */
+  uint64_t armed_at;     /* ticks; a filing earlier than this re-arms (0: none does) */
+  uint64_t manual_now;   /* ms, the manual clock */
+  uint64_t unrefs;       /* pending timers that do not keep the loop alive */
+  uint64_t armed_in;     /* -Dchecks: the loop iteration the uv_timer_t was last started in */
+  uvtw_stats_t stats;    /* counters kept as they happen; completed on read */
+  /* Given by life.c: each kind of entry's callback ([0] timers, [1] tasks),
+   * and what runs where a pass ends: false if the wheel closed in the pass
+   * (then it may be gone). */
+  void (*fire[2])(uvtw_timer_t *entry);
+  bool (*pass_end)(uvtw_wheel_t *w);
   uvtw_close_cb close_cb;
   void *close_arg;
   uv_timer_t timer;
@@ -50,33 +86,86 @@ struct uvtw_wheel_s {
 };
 
 static inline bool uvtw__closing(const uvtw_wheel_t *w) {
-  return w->arming == ARM_CLOSED;
+  return w->flags & WHEEL_CLOSING;
 }
 
-/* loop.c, for tasks.c */
+static inline wheel_node_t *uvtw__node_of(uvtw_timer_t *entry) {
+  return (wheel_node_t *)(void *)&entry->node_;
+}
+
+static inline uvtw_wheel_t *uvtw__wheel_of(const uvtw_timer_t *entry) {
+  return (uvtw_wheel_t *)(entry->wheel_ & ~ENTRY_FLAGS);
+}
+
+/* An entry in no list, of `w`, with ENTRY_* `flags`. */
+static inline void uvtw__entry_init(uvtw_timer_t *entry, uvtw_wheel_t *w, uintptr_t flags) {
+  uvtw__node_of(entry)->next = uvtw__node_of(entry)->prev = NULL;
+  entry->wheel_ = (uintptr_t)w | flags;
+  entry->cb_ = NULL;
+  entry->repeat_ = 0;
+}
+
+/* ---- core.c ---------------------------------------------------------------- */
+
+void uvtw__core_init(uvtw_wheel_t *w, uv_loop_t *loop, uint32_t tick_ms, bool manual);
 
 /* The wheel's clock in ms. */
-uint64_t uvtw__clock_ms(const uvtw_wheel_t *w);
+static inline uint64_t uvtw__clock_ms(const uvtw_wheel_t *w) {
+  return w->flags & WHEEL_MANUAL ? w->manual_now : uv_now(w->loop);
+}
+
+/* Ticks to ms, saturated. */
+static inline uint64_t uvtw__ms_of(const uvtw_wheel_t *w, uint64_t ticks) {
+  return ticks > UINT64_MAX / w->tick_ms ? UINT64_MAX : ticks * w->tick_ms;
+}
+
+/* The clock in ticks, rounded down: what is due now. */
+static inline uint64_t uvtw__now_ticks(const uvtw_wheel_t *w) {
+  return uvtw__clock_ms(w) / w->tick_ms;
+}
+
 /* A deadline in ms to ticks, rounded up (UINT64_MAX, saturated, stays). */
 uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms);
+/* References the handles as the pending entries and the flags say. */
+void uvtw__update_refs(uvtw_wheel_t *w);
 /* Files an entry that is in no list at `deadline` (ticks) and decides the
- * arming (loop.c's file_entry). */
+ * arming. */
 void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline);
 /* Unlinks a pending entry; stops the uv_timer_t if nothing is left. */
 void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry);
 /* Counts a callback about to run with status 0 for an entry due at
  * `deadline` (ticks): fired, and its lateness. */
 void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline);
+/* Runs one pass at `now` (ticks), then pass_end, then arms for the next
+ * one; false if a callback closed the wheel (it may be gone). */
+bool uvtw__pass(uvtw_wheel_t *w, uint64_t now);
+/* Pops and runs every expired entry's callback, in firing order (a pass,
+ * and uvtw_wheel_close's tasks). */
+void uvtw__fire_expired(uvtw_wheel_t *w);
+/* uvtw_wheel_close: the handles are stopped for good (unless closed by the
+ * program) and every entry moves to the expired list. */
+void uvtw__core_close(uvtw_wheel_t *w);
 
-/* tasks.c, for loop.c: its life cycle and two hooks */
+/* After `entry` is filed with uvtw__wheel_insert: the first referenced
+ * entry references the handles. Inline: every start runs it. */
+static inline void uvtw__entry_filed(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
+  if (entry->wheel_ & ENTRY_UNREF)
+    w->unrefs++;
+  else if (w->wheel.count - w->unrefs == 1)
+    uvtw__update_refs(w);
+}
 
+/* ---- timer.c and tasks.c, for life.c ---------------------------------------- */
+
+void uvtw__timer_fire(uvtw_timer_t *entry);
+void uvtw__task_fire(uvtw_timer_t *entry);
 int uvtw__tasks_open(uvtw_wheel_t *w, uint32_t max_pending);
 void uvtw__tasks_release(uvtw_shared_t *sh);
-/* The drain hook: takes in everything queued (at every pass's end and in
- * the uv_async_t's callback); false if nothing was. */
+/* Takes in everything queued (at every pass's end and in the uv_async_t's
+ * callback); false if nothing was. */
 bool uvtw__tasks_drain(uvtw_wheel_t *w);
-/* The close hook: shuts the queue, waits for senders to leave it, and ends
- * every task still queued with UV_ECANCELED. */
+/* Shuts the queue, waits for senders to leave it, and ends every task
+ * still queued with UV_ECANCELED. */
 void uvtw__tasks_close(uvtw_wheel_t *w);
 /* Takes from `active` the tasks another thread cancelled that the loop has
  * not let go of yet. */
@@ -85,15 +174,13 @@ void uvtw__tasks_stats(const uvtw_wheel_t *w, uvtw_stats_t *out);
 uint64_t uvtw__tasks_bytes(const uvtw_wheel_t *w);
 
 #ifdef UVTW_CHECKS
-/* The invariant checker (-Dchecks): NULL, or the invariant that fails.
- * Loop thread, outside the wheel's callbacks; O(slots + entries). loop.c
- * checks the arming, the counts and the references, tasks.c each task in
- * the wheel and the counters other threads share. */
+/* The invariant checker (-Dchecks, life.c): NULL, or the invariant that
+ * fails. Loop thread, outside the wheel's callbacks, or inside another
+ * handle's; O(slots + entries). It checks the pure wheel's structure
+ * (wheel.c), then every entry, the counts and the references, the arming
+ * (core.c), and the tasks and the counters other threads share (tasks.c). */
 const char *uvtw__check(const uvtw_wheel_t *w);
-/* One invariant of a checker: returns its name if it fails. */
-#define INVARIANT(holds, name)                                                                     \
-  if (!(holds))                                                                                    \
-  return name
+const char *uvtw__arming_check(const uvtw_wheel_t *w);
 bool uvtw__task_check(const uvtw_timer_t *entry, uint64_t *cancelled);
 int64_t uvtw__tasks_linked(const uvtw_wheel_t *w);
 const char *uvtw__tasks_check(const uvtw_wheel_t *w, int64_t linked, uint64_t tasks,

@@ -41,7 +41,7 @@
 
 #include "port.h"
 #ifdef UVTW_CHECKS
-#include "internal.h" /* INVARIANT */
+#include "check.h"
 #endif
 
 #define PAGE ((uintptr_t)POOL_PAGE)

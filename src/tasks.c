@@ -1,14 +1,15 @@
 /* Cross-thread tasks: uvtw_schedule, tickets, and what closing a wheel does
  * to tasks.
  *
- * A task is a wheel entry like a timer: it embeds a uvtw_timer_t, marked
- * ENTRY_TASK, whose callback is task_fire. Every uvtw_schedule, on any
- * thread, pushes the task onto the MPSC queue (mpsc.c); the loop takes the
- * queue in at the end of every pass (so a task scheduled from the wheel's
- * own callback keeps the loop alive from the call) and in the wheel's
- * uv_async_t callback. No thread is ever taken for the loop's: the loop
- * may move between threads. A task's life is one atomic state, changed by
- * compare-and-swap where two threads race, in one place per transition:
+ * A task is an entry of the core (core.c) like a timer: it embeds a
+ * uvtw_timer_t, marked ENTRY_TASK, whose callback is uvtw__task_fire.
+ * Every uvtw_schedule, on any thread, pushes the task onto the MPSC queue
+ * (mpsc.c); the loop takes the queue in at the end of every pass (so a
+ * task scheduled from the wheel's own callback keeps the loop alive from
+ * the call) and in the wheel's uv_async_t callback. No thread is ever
+ * taken for the loop's: the loop may move between threads. A task's life
+ * is one atomic state, changed by compare-and-swap where two threads race,
+ * in one place per transition:
  *
  *     QUEUED ---take_in---> IN_WHEEL ---settle: due, or closing---> DONE
  *       |                      |
@@ -203,8 +204,8 @@ static void settle(uvtw_wheel_t *w, uvtw_ticket_t *task, int status) {
   task_unref(task);
 }
 
-/* The callback of a task's entry. */
-static void task_fire(uvtw_timer_t *entry) {
+/* The callback of a task's entry, once it has left the wheel. */
+void uvtw__task_fire(uvtw_timer_t *entry) {
   uvtw_ticket_t *task = container_of(entry, uvtw_ticket_t, entry);
   uvtw_wheel_t *w = task->shared->wheel;
   settle(w, task, uvtw__closing(w) ? UV_ECANCELED : 0);
@@ -218,7 +219,7 @@ static void take_in(uvtw_wheel_t *w, uvtw_ticket_t *task) {
       settle(w, task, UV_ECANCELED);
       return;
     }
-    if (w->manual)
+    if (w->flags & WHEEL_MANUAL)
       task->due = uvtw__add_saturating(uvtw__clock_ms(w), task->due);
     uvtw__entry_add(w, &task->entry, uvtw__ticks_up(w, task->due));
     return;
@@ -285,12 +286,11 @@ int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *
     gate_leave(sh);
     return err;
   }
-  uvtw_timer_init(wheel, &task->entry);
-  task->entry.wheel_ |= ENTRY_TASK;
-  task->entry.cb_ = task_fire;
+  uvtw__entry_init(&task->entry, wheel, ENTRY_TASK);
   task->entry.data = arg;
   task->cb = cb;
-  task->due = wheel->manual ? timeout : uvtw__add_saturating(uv_hrtime() / 1000000, timeout);
+  task->due =
+      wheel->flags & WHEEL_MANUAL ? timeout : uvtw__add_saturating(uv_hrtime() / 1000000, timeout);
   task->shared = sh;
   atomic_init(&task->refs, ticket != NULL ? 2 : 1);
   atomic_init(&task->state, TASK_QUEUED);
@@ -339,7 +339,7 @@ bool uvtw__task_check(const uvtw_timer_t *entry, uint64_t *cancelled) {
   int state = atomic_load(&task->state);
   *cancelled += state == TASK_CANCELLED_IN_WHEEL;
   /* In the wheel, with the loop's reference, in a state only the loop leaves. */
-  return (state == TASK_IN_WHEEL || state == TASK_CANCELLED_IN_WHEEL) && entry->cb_ == task_fire &&
+  return (state == TASK_IN_WHEEL || state == TASK_CANCELLED_IN_WHEEL) &&
          atomic_load(&task->refs) >= 1;
 }
 

@@ -57,6 +57,8 @@
 
 #include <string.h>
 
+#include "check.h"
+
 /* Moves all of `from` (not empty) to the tail of `to`, leaving `from` empty. */
 static void list_splice(wheel_node_t *to, wheel_node_t *from) {
   from->next->prev = to->prev;
@@ -146,3 +148,73 @@ uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w) {
   }
   return earliest;
 }
+
+/* ---- the invariant checker (-Dchecks) ---------------------------------------- */
+
+#ifdef UVTW_CHECKS
+/* GCOVR_EXCL_START: the checker's failing branches run only on a broken wheel. */
+
+/* Checks one list's links; counts its nodes into *count. */
+static const char *check_links(const wheel_node_t *head, uint64_t *count) {
+  const wheel_node_t *node = head;
+  do {
+    INVARIANT(node->next != NULL && node->prev != NULL && node->next->prev != NULL,
+              "a linked node has a NULL link");
+    INVARIANT(node->next->prev == node, "a node's next does not point back to it");
+    if (node != head)
+      ++*count;
+    node = node->next;
+  } while (node != head);
+  return NULL;
+}
+
+static const char *check_slot(const wheel_t *w, unsigned index, uint64_t *count) {
+  const wheel_node_t *head = &w->slots[index];
+  unsigned level = wheel_level_of_slot(index);
+  const char *error = check_links(head, count);
+  if (error != NULL)
+    return error;
+  bool bit = w->occupied[index / 64] & ((uint64_t)1 << index % 64);
+  INVARIANT((head->next != head) == bit, "an occupancy bit disagrees with its slot");
+  uint64_t start = wheel_slot_start(w->now, index);
+  for (const wheel_node_t *node = head->next; node != head; node = node->next) {
+    INVARIANT(node->deadline >= w->now, "a filed deadline is before the wheel's time");
+    INVARIANT(level != 0 || node->deadline == start,
+              "a level-0 entry is not in the slot its deadline names");
+    INVARIANT(node->deadline >= start, "an entry is in a slot after its deadline");
+    INVARIANT(level != 0 || node->prev == head || node->seq >= node->prev->seq,
+              "a level-0 slot is out of start order");
+    INVARIANT(node->deadline >= head->deadline, "a slot's minimum is above one of its deadlines");
+  }
+  INVARIANT(head->next == head || head->deadline >= start, "a slot's minimum lies before the slot");
+  return NULL;
+}
+
+const char *uvtw__wheel_check(const wheel_t *w) {
+  uint64_t count = 0;
+  const char *error = check_links(&w->expired, &count);
+  if (error != NULL)
+    return error;
+  for (const wheel_node_t *node = w->expired.next; node != &w->expired; node = node->next) {
+    INVARIANT(node->deadline <= w->now, "an expired entry is not due");
+    const wheel_node_t *prev = node->prev;
+    INVARIANT(prev == &w->expired || node->deadline > prev->deadline ||
+                  (node->deadline == prev->deadline && node->seq >= prev->seq),
+              "expired entries are out of deadline and start order");
+  }
+  for (unsigned index = 0; index < WHEEL_SLOT_COUNT; index++) {
+    const wheel_node_t *head = &w->slots[index];
+    bool empty_and_clear = head->next == head && head->prev == head &&
+                           !(w->occupied[index / 64] & ((uint64_t)1 << index % 64));
+    if (!empty_and_clear && (error = check_slot(w, index, &count)) != NULL)
+      return error;
+  }
+  INVARIANT(count == w->count, "the entry count disagrees with the lists");
+  const wheel_node_t *ahead = &w->expired;
+  while (ahead != w->ahead && (ahead = ahead->next) != &w->expired)
+    ;
+  INVARIANT(ahead == w->ahead, "the second walk is not in the expired list");
+  return NULL;
+}
+/* GCOVR_EXCL_STOP */
+#endif

@@ -191,4 +191,12 @@ uint64_t uvtw__wheel_next_deadline(const wheel_t *w);
  * next ones only while postponed entries leave them later than that. */
 uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w);
 
+#ifdef UVTW_CHECKS
+/* The invariant checker (-Dchecks): list links, occupancy bits, each
+ * entry's slot and the slot minimums, the order of level-0 slots and of the
+ * expired list, the entry count, the second walk. NULL if all hold, else
+ * what is broken. O(slots + entries). */
+const char *uvtw__wheel_check(const wheel_t *w);
+#endif
+
 #endif

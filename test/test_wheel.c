@@ -3,13 +3,13 @@
  *
  * model: random inserts, removals, restarts and expiries, with deadlines
  * near and far (every level), some in the past and some saturated, checked
- * after every step with wheel_check and against a reference that
+ * after every step with uvtw__wheel_check and against a reference that
  * orders entries by (deadline, insertion order): every expiry must hand
  * back exactly the due entries, in that order, and the next deadline must
  * be a lower bound (exact: equal) of the reference's.
  * Environment: UVTW_MODEL_STEPS (steps, default 300000), UVTW_SEED.
  *
- * checker: each invariant wheel_check (wheel_check.c) names is broken on
+ * checker: each invariant uvtw__wheel_check (src/wheel.c) names is broken on
  * purpose, one at a time, and it must report exactly that one.
  *
  * Cases run by name: `meson test -C build wheel_model --test-args checker`.
@@ -23,7 +23,6 @@
 
 #include "tap.h"
 #include "wheel.h"
-#include "wheel_check.h"
 
 #define POOL 512
 
@@ -127,7 +126,7 @@ static void model_expire(wheel_t *w, entry_t *pool, uint64_t now, model_run_t *r
       uvtw__wheel_remove(w, &victim->node);
       victim->pending = false;
       run->removes++;
-      const char *broken = wheel_check(w);
+      const char *broken = uvtw__wheel_check(w);
       if (broken != NULL)
         fail(run, step, broken);
     }
@@ -184,7 +183,7 @@ static void test_model(void) {
       model_expire(&w, pool, now, &run, step);
       run.expiries++;
     }
-    const char *broken = wheel_check(&w);
+    const char *broken = uvtw__wheel_check(&w);
     if (broken != NULL)
       fail(&run, step, broken);
     uint64_t want = model_next(pool);
@@ -220,7 +219,7 @@ static void test_fifo_across_levels(void) {
   uvtw__wheel_expire(&w, 319360);
   uvtw__wheel_insert(&w, &e[2].node, 320000);
   uvtw__wheel_insert(&w, &e[3].node, 319936);
-  tap_ok(wheel_check(&w) == NULL, "fifo: the checker accepts the wheel");
+  tap_ok(uvtw__wheel_check(&w) == NULL, "fifo: the checker accepts the wheel");
   tap_ok(w.cascaded == 2, "fifo: the first two entries cascaded on the way");
   uvtw__wheel_expire(&w, 320000);
   wheel_node_t *order[4];
@@ -253,7 +252,7 @@ static void test_fifo_postponed(void) {
   wheel_node_t *second = uvtw__wheel_pop_expired(&w);
   tap_ok(first == &b.node && second == &a.node,
          "postpone: at 576000, the entry started first runs first, the postponed one after");
-  tap_ok(wheel_check(&w) == NULL, "postpone: the checker accepts the wheel");
+  tap_ok(uvtw__wheel_check(&w) == NULL, "postpone: the checker accepts the wheel");
 }
 
 static void test_saturated(void) {
@@ -265,7 +264,7 @@ static void test_saturated(void) {
   tap_ok(uvtw__wheel_pop_expired(&w) == NULL, "saturated: UINT64_MAX does not expire before it");
   EXPECT_U64(uvtw__wheel_next_deadline_exact(&w), UINT64_MAX,
              "saturated: next deadline is UINT64_MAX");
-  tap_ok(wheel_check(&w) == NULL, "saturated: the checker accepts the wheel");
+  tap_ok(uvtw__wheel_check(&w) == NULL, "saturated: the checker accepts the wheel");
 }
 
 static void test_remove_clears(void) {
@@ -435,13 +434,13 @@ static void test_checker(void) {
   static wheel_t w;
   entry_t e[7];
   checker_fixture(&w, e);
-  const char *clean = wheel_check(&w);
+  const char *clean = uvtw__wheel_check(&w);
   if (!tap_ok(clean == NULL, "checker: a sound wheel passes"))
     tap_diag("  reported: %s", clean);
   for (size_t i = 0; i < sizeof corruptions / sizeof corruptions[0]; i++) {
     checker_fixture(&w, e);
     corruptions[i].corrupt(&w, e);
-    const char *report = wheel_check(&w);
+    const char *report = uvtw__wheel_check(&w);
     if (!tap_ok(report != NULL && strcmp(report, corruptions[i].report) == 0, "checker: reports %s",
                 corruptions[i].name))
       tap_diag("  expected \"%s\", got \"%s\"", corruptions[i].report,

@@ -1,5 +1,5 @@
 /* Fuzz target: the pure wheel (src/wheel.h, src/wheel.c) against a plain
- * reference, with the invariant checker (test/wheel_check.c) after every
+ * reference, with the invariant checker (uvtw__wheel_check, src/wheel.c) after every
  * step.
  *
  * The input sets the wheel's starting time, then each step takes an
@@ -14,7 +14,7 @@
  *   pop       the first expired entry.
  * The reference is an array of entries, each with its deadline, its start
  * order and whether the last expiry reached it. After every step:
- * wheel_check passes; a pop hands back the reference's earliest expired
+ * uvtw__wheel_check passes; a pop hands back the reference's earliest expired
  * entry by (deadline, start order), or nothing when it has none; the next
  * deadline is a lower bound of the reference's earliest, and the exact one
  * equals it; the wheel's count is the reference's. */
@@ -24,7 +24,6 @@
 
 #include "fuzz.h"
 #include "wheel.h"
-#include "wheel_check.h"
 
 enum { ENTRIES = 64, MAX_STEPS = 512 };
 
@@ -124,9 +123,9 @@ static void pop(fuzz_input_t *in, model_t *m) {
 }
 
 static void check(fuzz_input_t *in, model_t *m) {
-  const char *broken = wheel_check(&m->wheel);
+  const char *broken = uvtw__wheel_check(&m->wheel);
   if (broken != NULL)
-    fprintf(stderr, "wheel_check: %s\n", broken);
+    fprintf(stderr, "uvtw__wheel_check: %s\n", broken);
   FUZZ_CHECK(in, broken == NULL, "wheel_check finds every invariant holding");
   FUZZ_CHECK(in, m->wheel.count == m->count, "the wheel counts the pending entries");
   entry_t *first = earliest(m, false);

@@ -1,0 +1,337 @@
+/* The scheduling core: entries on the loop's clock, the one uv_timer_t
+ * armed to the earliest, passes, and keeping the loop alive. It knows
+ * entries with a callback, not timers or tasks (internal.h).
+ *
+ * An entry's life: uvtw__entry_add files its node in the pure wheel
+ * (wheel.c) and, if it is now the earliest, arms the wheel's one uv_timer_t
+ * to its deadline. When that uv_timer_t fires, on_timer runs a pass:
+ * wheel_expire moves every entry due at uv_now() to the expired list, the
+ * pass pops them one by one and runs each kind's callback, then pass_end
+ * (life.c: the tasks queued meanwhile are taken in). After the pass the
+ * uv_timer_t is armed again to the earliest pending deadline.
+ *
+ * One pass per loop iteration (guarantee 2). The pass collects what is due
+ * before it runs any callback, so an entry a callback makes due waits for
+ * the next pass, which must come in the next loop iteration, as libuv 1.48
+ * and later run a uv_timer_t started in its own timer phase. The arming
+ * (enum arming) says what the uv_timer_t and the uv_prepare_t are doing,
+ * and set_arming is the one place that starts or stops them:
+ *
+ *   IDLE --file--> TIMER --due--> IN_PASS --end_pass--> TIMER or IDLE (libuv >= 1.48)
+ *                    |              ^     \--end_pass--> WAIT --prepare--> TIMER (< 1.48)
+ *                    +-> COLLECTED -+
+ *
+ * Where libuv versions differ, the difference is one arming_policy_t,
+ * chosen at uvtw_wheel_new by uv_version() (a shared libuv is upgraded
+ * under programs):
+ *   - COLLECTED: the uv_timer_t is due in the timer phase under way and a
+ *     due entry is filed from another callback of that phase (a uv_timer_t's,
+ *     or another wheel's). The pass's entries are expired first, so the new
+ *     one waits for the next pass like a uv_timer_t started now. On libuv
+ *     >= 1.48 the uv_timer_t is due if libuv has collected it (started but
+ *     no longer active); before 1.48, if it is due by now and another wheel
+ *     of the loop is in its pass, so that the phase is under way.
+ *   - WAIT: libuv < 1.48 runs a uv_timer_t started with 0 inside the timer
+ *     phase in that same phase. So after a pass there, and for a due entry
+ *     filed from another wheel's pass, the uv_timer_t is started no earlier
+ *     than the next tick, and a uv_prepare_t, which runs once between two
+ *     timer phases, arms it to the earliest deadline for the next iteration.
+ *     A timer phase may come first when a new uv_run begins with one (1.44
+ *     runs one at the end of UV_RUN_ONCE and at the start of the next call):
+ *     the uv_timer_t then only waits another tick.
+ * Everything else follows from using a real uv_timer_t on uv_now(): a
+ * wheel timer fires in the loop iteration in which a uv_timer_t started at
+ * the same moment with the same timeout fires, and keeps the loop alive
+ * exactly as long. The one exception is uv_update_time() called by a
+ * callback that runs before the pass in the same timer phase of libuv
+ * >= 1.48: that libuv collected the phase's timers against the time before
+ * the update and keeps that time nowhere, so the pass runs what is due by
+ * the updated clock, an iteration before a uv_timer_t due in between
+ * (include/uvtw.h states it).
+ *
+ * Keeping the loop alive: `unrefs` counts pending timers that are unref'd,
+ * so the pending entries that are referenced (the other timers, and every
+ * task) number wheel.count - unrefs. The uv_timer_t is referenced while
+ * the wheel is referenced and that number is not 0; being started whenever
+ * something is pending, it then keeps the loop alive exactly when a
+ * referenced uv_timer_t would. The uv_async_t is referenced until the
+ * loop's first iteration, so that a task scheduled before it keeps the
+ * loop alive; the uv_prepare_t never is.
+ */
+#include "internal.h"
+#include "late.h"
+
+/* The public uvtw_timer_t keeps the wheel's node in a field of its own
+ * type, with the same layout. */
+_Static_assert(sizeof(((uvtw_timer_t *)0)->node_) == sizeof(wheel_node_t) &&
+                   _Alignof(wheel_node_t) <= _Alignof(uvtw_timer_t) &&
+                   offsetof(uvtw_timer_t, node_) % _Alignof(wheel_node_t) == 0,
+               "uvtw_timer_t.node_ does not match wheel_node_t");
+
+uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms) {
+  if (w->tick_ms == 1 || ms == UINT64_MAX)
+    return ms;
+  uint64_t ticks = ms / w->tick_ms + (ms % w->tick_ms != 0);
+  /* Rounded up to UINT64_MAX ms or past it, a deadline saturates too. */
+  return uvtw__ms_of(w, ticks) == UINT64_MAX ? UINT64_MAX : ticks;
+}
+
+/* ---- arming the uv_timer_t and keeping the loop alive ------------------- */
+
+static void on_timer(uv_timer_t *handle);
+static void on_prepare(uv_prepare_t *handle);
+
+/* Handles closed by the program (a uv_walk) are never touched again. */
+static inline bool handle_open(const void *handle) {
+  return !uv_is_closing((const uv_handle_t *)handle);
+}
+
+#ifdef UVTW_CHECKS
+/* The loop's iteration, or UINT64_MAX where libuv cannot tell (< 1.45). */
+static uint64_t loop_iteration(uv_loop_t *loop) {
+#if UV_VERSION_HEX >= 0x012d00
+  uv_metrics_t m;
+  if (uv_version() >= (1u << 16 | 45u << 8) && uv_metrics_info(loop, &m) == 0)
+    return m.loop_count;
+#endif
+  (void)loop;
+  return UINT64_MAX;
+}
+#endif
+
+void uvtw__update_refs(uvtw_wheel_t *w) {
+  if (uvtw__closing(w)) /* the handles are closing */
+    return;
+  bool may_keep_alive = (w->flags & (WHEEL_REF | WHEEL_MANUAL)) == WHEEL_REF;
+  bool keep_alive = may_keep_alive && w->wheel.count > w->unrefs;
+  if (handle_open(&w->timer))
+    (keep_alive ? uv_ref : uv_unref)((uv_handle_t *)&w->timer);
+  if (handle_open(&w->async))
+    (may_keep_alive && !(w->flags & WHEEL_LOOP_RAN) ? uv_ref : uv_unref)((uv_handle_t *)&w->async);
+}
+
+/* The one place that changes the arming and calls libuv for it. In TIMER
+ * and WAIT the uv_timer_t is started for `deadline` while anything is
+ * pending; COLLECTED and IN_PASS leave it where libuv has it; otherwise it
+ * is stopped. The uv_prepare_t runs in WAIT only. */
+static void set_arming(uvtw_wheel_t *w, enum arming to, uint64_t deadline) {
+  if (to == ARM_TIMER && w->wheel.count == 0)
+    to = ARM_IDLE;
+  bool started = (to == ARM_TIMER || to == ARM_WAIT) && w->wheel.count != 0;
+  if (started && handle_open(&w->timer)) {
+    uint64_t due = uvtw__ms_of(w, deadline);
+    uint64_t now = uv_now(w->loop);
+    uv_timer_start(&w->timer, on_timer, due > now ? due - now : 0, 0);
+#ifdef UVTW_CHECKS
+    w->armed_in = loop_iteration(w->loop);
+#endif
+  } else if (to != ARM_COLLECTED && to != ARM_IN_PASS && handle_open(&w->timer)) {
+    uv_timer_stop(&w->timer);
+  }
+  if (handle_open(&w->prepare))
+    (to == ARM_WAIT ? uv_prepare_start(&w->prepare, on_prepare) : uv_prepare_stop(&w->prepare));
+  w->arming = to;
+  w->armed_at = started ? deadline : 0;
+}
+
+/* The deadline to start the uv_timer_t for: in WAIT, the next tick at the
+ * earliest, not in the timer phase under way. */
+static uint64_t wait_floor(const uvtw_wheel_t *w, enum arming to, uint64_t deadline) {
+  uint64_t floor = uvtw__now_ticks(w) + 1;
+  return to == ARM_WAIT && deadline < floor ? floor : deadline;
+}
+
+/* Another wheel on this loop is running its pass: the timer phase is under
+ * way (see WAIT above). */
+static bool peer_in_pass(const uvtw_wheel_t *w) {
+  for (const uvtw_wheel_t *p = w->peer; p != w; p = p->peer)
+    if (p->arming == ARM_IN_PASS && !(p->flags & WHEEL_MANUAL)) /* a manual pass is no phase */
+      return true;
+  return false;
+}
+
+/* libuv >= 1.48: a started uv_timer_t that is no longer active is collected. */
+static enum arming due_filed_collecting(const uvtw_wheel_t *w, uint64_t now) {
+  (void)now;
+  bool collected = w->arming == ARM_TIMER && !uv_is_active((const uv_handle_t *)&w->timer);
+  return collected ? ARM_COLLECTED : ARM_TIMER;
+}
+
+/* libuv < 1.48: inside the timer phase (a peer's pass), the uv_timer_t is
+ * due in it if due by now; otherwise the entry waits for the next one. */
+static enum arming due_filed_rereading(const uvtw_wheel_t *w, uint64_t now) {
+  if (!peer_in_pass(w))
+    return ARM_TIMER;
+  return w->arming == ARM_TIMER && w->armed_at <= now ? ARM_COLLECTED : ARM_WAIT;
+}
+
+static const arming_policy_t collecting = {true, ARM_TIMER, due_filed_collecting};
+static const arming_policy_t rereading = {false, ARM_WAIT, due_filed_rereading};
+
+void uvtw__core_init(uvtw_wheel_t *w, uv_loop_t *loop, uint32_t tick_ms, bool manual) {
+  w->loop = loop;
+  w->tick_ms = tick_ms;
+  w->flags |= manual ? WHEEL_MANUAL : 0;
+  w->policy = uv_version() >= LIBUV_COLLECTS_DUE_TIMERS ? &collecting : &rereading;
+  w->manual_now = uv_now(loop);
+  uvtw__wheel_init(&w->wheel, uvtw__now_ticks(w));
+}
+
+/* Once no referenced entry is pending, the handles let go of the loop;
+ * once nothing is, the uv_timer_t stops. Out of line, so a stop saves no
+ * registers (bench/README.md). */
+UVTW_NOINLINE static void release_loop(uvtw_wheel_t *w) {
+  uvtw__update_refs(w);
+  enum arming a = w->arming;
+  if (w->wheel.count == 0 && (a == ARM_TIMER || a == ARM_COLLECTED || a == ARM_WAIT))
+    set_arming(w, a == ARM_WAIT ? ARM_WAIT : ARM_IDLE, 0); /* WAIT keeps its prepare */
+}
+
+/* After `entry` is unlinked: updates the counts, and lets go of the loop
+ * and stops the uv_timer_t when the last referenced entry, or the last
+ * entry, has left. */
+static void after_unlink(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
+  bool unref = entry->wheel_ & ENTRY_UNREF;
+  if (unref)
+    w->unrefs--;
+  if ((!unref && w->wheel.count == w->unrefs) || w->wheel.count == 0)
+    release_loop(w);
+}
+
+/* Files `entry` and decides the arming (see the top of this file). A
+ * COLLECTED pass's entries are expired before the entry is filed; an empty
+ * wheel catches up with the clock, so the entry is filed low. */
+void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
+  uint64_t now = uvtw__now_ticks(w);
+  enum arming to = w->arming;
+  if (!(w->flags & WHEEL_MANUAL) && (to == ARM_IDLE || to == ARM_TIMER))
+    to = deadline <= now ? w->policy->due_filed(w, now) : ARM_TIMER;
+  if ((to == ARM_COLLECTED && w->arming != ARM_COLLECTED) || w->wheel.count == 0)
+    uvtw__wheel_expire(&w->wheel, now);
+  uvtw__wheel_insert(&w->wheel, uvtw__node_of(entry), deadline);
+  uvtw__entry_filed(w, entry);
+  uint64_t at = wait_floor(w, to, uvtw__node_of(entry)->deadline);
+  bool starts = (to == ARM_TIMER || to == ARM_WAIT) && !(w->flags & WHEEL_MANUAL) &&
+                (w->wheel.count == 1 || at < w->armed_at);
+  if (to != w->arming || starts)
+    set_arming(w, to, at);
+}
+
+void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
+  uvtw__wheel_remove(&w->wheel, uvtw__node_of(entry));
+  after_unlink(w, entry);
+}
+
+/* ---- passes ---------------------------------------------------------------- */
+
+void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline) {
+  uint64_t now = uvtw__clock_ms(w);
+  uint64_t due = uvtw__ms_of(w, deadline);
+  /* A manual clock measures the test's steps, not the loop: 0 ms. */
+  uint64_t late = now > due && !(w->flags & WHEEL_MANUAL) ? now - due : 0;
+  w->stats.fired++;
+  w->stats.late[uvtw__late_bucket(late)]++;
+  w->stats.late_total_ms = uvtw__add_saturating(w->stats.late_total_ms, late);
+  if (late > w->stats.late_max_ms)
+    w->stats.late_max_ms = late;
+}
+
+void uvtw__fire_expired(uvtw_wheel_t *w) {
+  wheel_node_t *node;
+  while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL) {
+    /* While this callback runs, the entry after next is fetched, and the
+     * next entry's `data` (a task's argument), which its callback most
+     * likely reads first. */
+    wheel_node_t *next = w->wheel.expired.next; /* the list's head at its end */
+    UVTW_PREFETCH(next->next);
+    UVTW_PREFETCH((char *)next->next + 64);
+    if (next != &w->wheel.expired)
+      UVTW_PREFETCH(container_of(next, uvtw_timer_t, node_)->data);
+    uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
+    after_unlink(w, entry);
+    w->fire[(entry->wheel_ & ENTRY_TASK) != 0](entry); /* the entry may be freed from here on */
+  }
+}
+
+/* Expires everything due at `now` (ticks) unless COLLECTED did, and runs
+ * the callbacks. A callback may close the wheel: then the wheel stays
+ * allocated until end_pass. */
+static void run_pass(uvtw_wheel_t *w, uint64_t now) {
+  if (w->arming != ARM_COLLECTED)
+    uvtw__wheel_expire(&w->wheel, now);
+  set_arming(w, ARM_IN_PASS, 0);
+  uvtw__fire_expired(w);
+}
+
+/* After run_pass: pass_end, then arms the uv_timer_t for the next pass
+ * (see the top of this file). False if a callback closed the wheel. */
+static bool end_pass(uvtw_wheel_t *w) {
+  if (!w->pass_end(w))
+    return false;
+  enum arming to = w->flags & WHEEL_MANUAL ? ARM_IDLE : w->policy->after_pass;
+  set_arming(w, to, wait_floor(w, to, uvtw__wheel_next_deadline(&w->wheel)));
+  return true;
+}
+
+bool uvtw__pass(uvtw_wheel_t *w, uint64_t now) {
+  run_pass(w, now);
+  return end_pass(w);
+}
+
+static void on_timer(uv_timer_t *handle) {
+  uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, timer);
+  if (w->arming == ARM_WAIT) { /* a timer phase before the prepare phase (a new uv_run) */
+    set_arming(w, ARM_WAIT, wait_floor(w, ARM_WAIT, w->armed_at));
+    return;
+  }
+  uint64_t fired = w->stats.fired;
+  w->stats.wakeups++;
+  run_pass(w, uvtw__now_ticks(w));
+  w->stats.wasted_wakeups += w->stats.fired == fired;
+  end_pass(w);
+}
+
+/* libuv < 1.48: the next iteration has begun; the next pass may come. */
+static void on_prepare(uv_prepare_t *handle) {
+  uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, prepare);
+  set_arming(w, ARM_TIMER, uvtw__wheel_next_deadline(&w->wheel));
+}
+
+void uvtw__core_close(uvtw_wheel_t *w) {
+  if (w->arming != ARM_IN_PASS)
+    set_arming(w, ARM_IDLE, 0);
+  uvtw__wheel_expire(&w->wheel, UINT64_MAX);
+}
+
+/* ---- the arming's checker (-Dchecks) ----------------------------------------- */
+
+#ifdef UVTW_CHECKS
+/* GCOVR_EXCL_START: the checker's failing branches run only on a broken library. */
+const char *uvtw__arming_check(const uvtw_wheel_t *w) {
+  enum arming a = w->arming;
+  bool timer = uv_is_active((const uv_handle_t *)&w->timer), empty = w->wheel.count == 0;
+  bool started = (a == ARM_TIMER || a == ARM_WAIT) && !empty, manual = w->flags & WHEEL_MANUAL;
+  uint64_t due = uvtw__ms_of(w, w->armed_at), now = uv_now(w->loop);
+  /* libuv >= 1.48 collects a due uv_timer_t at its timer phase's start and
+   * runs it in that phase: in the iteration it was started in, or the next. */
+  bool collected = w->policy->collects && due <= now &&
+                   (loop_iteration(w->loop) <= w->armed_in + 1 || w->armed_in == UINT64_MAX);
+  INVARIANT(a != ARM_IN_PASS, "checked inside a pass"); /* the checker runs between passes */
+  INVARIANT(!manual || (a == ARM_IDLE && !timer), "a manual clock armed its uv_timer_t");
+  INVARIANT(a != ARM_IDLE || (!timer && (empty || manual)), "IDLE with a timer or entries");
+  INVARIANT(a != ARM_TIMER || (!empty && (timer || collected)),
+            "TIMER not armed (nor collected by the timer phase under way)");
+  /* COLLECTED: libuv >= 1.48 holds it inactive in its list; older libuvs in the heap */
+  INVARIANT(a != ARM_COLLECTED || (!empty && timer != w->policy->collects), "COLLECTED, not due");
+  INVARIANT(a != ARM_WAIT || (!w->policy->collects && timer == !empty), "WAIT on libuv >= 1.48");
+  INVARIANT((a == ARM_WAIT) == uv_is_active((const uv_handle_t *)&w->prepare), "prepare not WAIT");
+  INVARIANT(started || w->armed_at == 0, "armed_at set with nothing armed"); /* the fast path */
+  INVARIANT(!started || uv_timer_get_due_in(&w->timer) == (due > now ? due - now : 0),
+            "the uv_timer_t is not due at armed_at");
+  uint64_t next = uvtw__wheel_next_deadline_exact(&w->wheel);
+  INVARIANT(!started || w->armed_at <= wait_floor(w, a, next),
+            "the uv_timer_t is armed after the earliest deadline (WAIT: the next tick)");
+  return NULL;
+}
+/* GCOVR_EXCL_STOP */
+#endif

@@ -1,0 +1,133 @@
+/* Loop-thread timers: the uvtw_timer_* calls, in the shape of libuv's
+ * uv_timer_* (src/timer.c there). A timer is an entry of the core (core.c)
+ * whose callback is timer_fire: it counts the fire, files a repeating
+ * timer again, then runs the program's callback, kept in the timer's cb_. */
+#include "internal.h"
+
+static inline const wheel_node_t *const_node_of(const uvtw_timer_t *timer) {
+  return (const wheel_node_t *)(const void *)&timer->node_;
+}
+
+/* The callback of a timer's entry, once it has left the wheel. A repeating
+ * timer is filed again first, from the clock's now, like uv_timer_t, so it
+ * is active inside its callback. */
+void uvtw__timer_fire(uvtw_timer_t *timer) {
+  uvtw_wheel_t *w = uvtw__wheel_of(timer);
+  uvtw__note_fired(w, uvtw__node_of(timer)->deadline);
+  if (timer->repeat_ != 0)
+    uvtw__entry_add(w, timer,
+                    uvtw__ticks_up(w, uvtw__add_saturating(uvtw__clock_ms(w), timer->repeat_)));
+  timer->cb_(timer); /* the timer may be freed from here on */
+}
+
+void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
+  if (timer != NULL)
+    uvtw__entry_init(timer, wheel, 0);
+}
+
+/* A start that decides something: a restart, or a filing that may arm
+ * (see uvtw__entry_add). */
+UVTW_NOINLINE static int start_deciding(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline) {
+  if (!(w->flags & WHEEL_LOOP_RAN)) { /* the loop is being set up: the uv_async_t lets go */
+    w->flags |= WHEEL_LOOP_RAN;
+    uvtw__update_refs(w);
+  }
+  if (wheel_node_linked(uvtw__node_of(timer))) {
+    /* A restart. Pushed later, an entry may stay where it is, and the
+     * earliest deadline cannot move earlier. */
+    w->stats.stopped++;
+    if (uvtw__wheel_postpone(&w->wheel, uvtw__node_of(timer), deadline))
+      return 0;
+    uvtw__entry_remove(w, timer);
+  }
+  uvtw__entry_add(w, timer, deadline);
+  return 0;
+}
+
+int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, uint64_t repeat) {
+  if (timer == NULL || cb == NULL || uvtw__wheel_of(timer) == NULL)
+    return UV_EINVAL;
+  uvtw_wheel_t *w = uvtw__wheel_of(timer);
+  if (uvtw__closing(w))
+    return UV_ECANCELED;
+  timer->cb_ = cb;
+  timer->repeat_ = repeat;
+  uint64_t now = uvtw__clock_ms(w);
+  uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(now, timeout));
+  /* Most starts decide nothing: a new entry with a timeout (not due, then)
+   * no earlier than armed_at, on a wheel that holds others. They only
+   * insert; the decisions are out of line, so such a start saves few
+   * registers (bench/README.md). */
+  if (wheel_node_linked(uvtw__node_of(timer)) || timeout == 0 || w->wheel.count == 0 ||
+      deadline < w->armed_at)
+    return start_deciding(w, timer, deadline);
+  uvtw__wheel_insert(&w->wheel, uvtw__node_of(timer), deadline);
+  uvtw__entry_filed(w, timer);
+  return 0;
+}
+
+int uvtw_timer_stop(uvtw_timer_t *timer) {
+  if (timer == NULL)
+    return UV_EINVAL;
+  if (wheel_node_linked(uvtw__node_of(timer))) {
+    uvtw__wheel_of(timer)->stats.stopped++;
+    uvtw__entry_remove(uvtw__wheel_of(timer), timer);
+  }
+  return 0;
+}
+
+int uvtw_timer_again(uvtw_timer_t *timer) {
+  if (timer == NULL || timer->cb_ == NULL || uvtw__wheel_of(timer) == NULL)
+    return UV_EINVAL;
+  if (uvtw__closing(uvtw__wheel_of(timer)))
+    return UV_ECANCELED;
+  if (timer->repeat_ == 0) /* as uv_timer_again: an active one-shot timer stays */
+    return 0;
+  return uvtw_timer_start(timer, timer->cb_, timer->repeat_, timer->repeat_);
+}
+
+void uvtw_timer_set_repeat(uvtw_timer_t *timer, uint64_t repeat) {
+  timer->repeat_ = repeat;
+}
+
+uint64_t uvtw_timer_get_repeat(const uvtw_timer_t *timer) {
+  return timer->repeat_;
+}
+
+int uvtw_timer_is_active(const uvtw_timer_t *timer) {
+  return wheel_node_linked(const_node_of(timer));
+}
+
+uint64_t uvtw_timer_get_due_in(const uvtw_timer_t *timer) {
+  if (!uvtw_timer_is_active(timer))
+    return 0;
+  uvtw_wheel_t *w = uvtw__wheel_of(timer);
+  uint64_t due = uvtw__ms_of(w, const_node_of(timer)->deadline);
+  uint64_t now = uvtw__clock_ms(w);
+  return due > now ? due - now : 0;
+}
+
+/* Sets or clears ENTRY_UNREF; a pending timer moves between the referenced
+ * entries and the unref'd ones. */
+static void set_unref(uvtw_timer_t *timer, uintptr_t unref) {
+  uvtw_wheel_t *w = uvtw__wheel_of(timer);
+  if ((timer->wheel_ & ENTRY_UNREF) == unref)
+    return;
+  timer->wheel_ ^= ENTRY_UNREF;
+  if (wheel_node_linked(uvtw__node_of(timer))) {
+    w->unrefs = unref ? w->unrefs + 1 : w->unrefs - 1;
+    uvtw__update_refs(w);
+  }
+}
+
+void uvtw_timer_ref(uvtw_timer_t *timer) {
+  set_unref(timer, 0);
+}
+
+void uvtw_timer_unref(uvtw_timer_t *timer) {
+  set_unref(timer, ENTRY_UNREF);
+}
+
+int uvtw_timer_has_ref(const uvtw_timer_t *timer) {
+  return !(timer->wheel_ & ENTRY_UNREF);
+}

@@ -35,6 +35,12 @@
  *                             among them, uv_loop_close, then uvtw_wheel_close:
  *                             no crash, pending tasks end with UV_ECANCELED,
  *                             the close callback runs, timers are inert
+ *   walk_in_callback ........ a wheel timer's callback walks the loop closing
+ *                             every handle; the wheel closed after uv_run,
+ *                             the loop used again: no handle the walk closed
+ *                             is started again
+ *   walk_in_peer_pass ....... the same from another wheel's pass, which then
+ *                             starts a due timer on the walked wheel
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -57,6 +63,10 @@ static void count_close_cb(uvtw_wheel_t *wheel, void *arg) {
 
 static void noop_uv_timer_cb(uv_timer_t *handle) {
   (void)handle;
+}
+
+static void count_uv_timer_cb(uv_timer_t *handle) {
+  ++*(int *)handle->data;
 }
 
 /* ---- Busy loops on libuv < 1.48 ------------------------------------------ */
@@ -723,11 +733,107 @@ static void test_walk_before_close(void) {
   }
 }
 
+/* A wheel timer's callback shuts the program down with a uv_walk that
+ * closes every handle, the wheels' among them; once uv_run has finished the
+ * closes, the wheels are closed and freed, and the loop is used again (a
+ * test harness reusing its loop). `peer`: the walk runs in another wheel's
+ * pass, which then starts a due timer on the walked wheel. No libuv call may
+ * touch a handle the walk closed: on libuv < 1.48 a restarted uv_prepare_t
+ * would stay in the loop's list after its wheel is freed (ASan, Valgrind). */
+static struct {
+  uv_loop_t *loop;
+  uvtw_wheel_t *other;
+  uvtw_wheel_t *walker;
+  uvtw_timer_t late;
+  uv_handle_t *kept[8]; /* with a peer: the walking wheel's handles, left open */
+  int nkept;
+} wk;
+
+static void keep_handle(uv_handle_t *handle, void *arg) {
+  (void)arg;
+  if (wk.nkept < 8)
+    wk.kept[wk.nkept++] = handle;
+}
+
+static void close_unkept(uv_handle_t *handle, void *arg) {
+  (void)arg;
+  for (int i = 0; i < wk.nkept; i++)
+    if (wk.kept[i] == handle)
+      return;
+  if (!uv_is_closing(handle))
+    uv_close(handle, NULL);
+}
+
+/* With a peer, the walk leaves the walking wheel's own handles open, so
+ * that its pass goes on and the peer's arming decides inside it. */
+static void walk_cb(uvtw_timer_t *timer) {
+  (void)timer;
+  uv_walk(wk.loop, close_unkept, NULL);
+  if (wk.other != NULL) {
+    uvtw_timer_start(&wk.late, fx_noop_timer_cb, 0, 0);
+    uvtw_wheel_unref(wk.walker); /* its pending timer lets the loop end */
+  }
+}
+
+static void walk_in_pass(const char *T, bool peer) {
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel, *other = NULL;
+  uvtw_timer_t timer, pending;
+  int closes = 0, fires = 0;
+  wk.nkept = 0;
+  if (!tap_ok(uv_loop_init(&loop) == 0 && uvtw_wheel_new(&loop, NULL, &wheel) == 0,
+              "%s: a loop and a wheel", T))
+    return;
+  if (peer) {
+    uv_walk(&loop, keep_handle, NULL); /* the walking wheel's handles */
+    if (!tap_ok(uvtw_wheel_new(&loop, NULL, &other) == 0, "%s: a second wheel", T))
+      return;
+  }
+  wk.loop = &loop;
+  wk.other = other;
+  wk.walker = wheel;
+  uvtw_timer_init(wheel, &timer);
+  uvtw_timer_init(wheel, &pending);
+  uvtw_timer_start(&timer, walk_cb, 1, 0);
+  uvtw_timer_start(&pending, fx_noop_timer_cb, 10000, 0); /* the pass arms for it */
+  if (peer)
+    uvtw_timer_init(other, &wk.late);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_U64(fx_stats(wheel).fired, 1, "%s: the walking timer ran", T);
+  if (peer) {
+    uvtw_wheel_close(other, count_close_cb, &closes);
+    uvtw_wheel_close(wheel, count_close_cb, &closes);
+    uv_run(&loop, UV_RUN_DEFAULT); /* the walking wheel's handles close */
+  } else {
+    uvtw_wheel_close(wheel, count_close_cb, &closes);
+  }
+  EXPECT_U64(closes, peer ? 2 : 1, "%s: the close callbacks ran", T);
+  /* The loop again, with a uv_timer_t of its own. */
+  uv_timer_t again;
+  uv_timer_init(&loop, &again);
+  again.data = &fires;
+  uv_timer_start(&again, count_uv_timer_cb, 2, 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_U64(fires, 1, "%s: a uv_timer_t started after the shutdown runs", T);
+  uv_close((uv_handle_t *)&again, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_ERR(uv_loop_close(&loop), 0, "%s: uv_loop_close returns 0", T);
+}
+
+static void test_walk_in_callback(void) {
+  walk_in_pass("walk_in_callback", false);
+}
+
+static void test_walk_in_peer_pass(void) {
+  walk_in_pass("walk_in_peer_pass", true);
+}
+
 static const tap_case_t cases[] = {
     TAP_CASE(busy_uv_timer_starts), TAP_CASE(busy_two_wheels),   TAP_CASE(again_twin),
     TAP_CASE(loop_on_other_thread), TAP_CASE(before_first_run),  TAP_CASE(ticket_in_arg),
     TAP_CASE(max_pending_blocked),  TAP_CASE(max_pending_chain), TAP_CASE(freed_in_callback),
-    TAP_CASE(walk_after_close),     TAP_CASE(walk_before_close),
+    TAP_CASE(walk_after_close),     TAP_CASE(walk_before_close), TAP_CASE(walk_in_callback),
+    TAP_CASE(walk_in_peer_pass),
 };
 
 FX_MAIN(cases)

@@ -796,6 +796,71 @@ static void test_self_restart_from_wheel_cb(void) {
   self_restart_from(FROM_WHEEL_CB, "0 ms self-restart started from a wheel callback");
 }
 
+/* ---- uv_update_time() in the timer phase: the one exception ---------------- */
+
+/* libuv >= 1.48 collects a timer phase's due uv_timer_ts against the time
+ * at the phase's start and keeps that time nowhere; a uv_timer_t callback
+ * that calls uv_update_time() before the wheel's pass of that phase moves
+ * uv_now() on, and the pass runs what is due by then: an iteration before
+ * a uv_timer_t twin due in between (include/uvtw.h, "Time"). Before 1.48
+ * the phase reads the clock again for every timer and the twins agree. */
+static struct {
+  uv_timer_t busy, twin;
+  uvtw_timer_t first, w;
+  uint64_t phase_start, w_deadline, w_iter, u_iter, w_now;
+} ut;
+
+static void ut_busy_cb(uv_timer_t *handle) {
+  ut.phase_start = uv_now(handle->loop); /* first due in its phase: the phase's time */
+  fx_sleep_ms(250);
+  uv_update_time(handle->loop);
+}
+
+static void ut_w_cb(uvtw_timer_t *timer) {
+  ut.w_iter = g_fx->iter;
+  (void)timer;
+  ut.w_now = uvtw_wheel_now(g_fx->wheel);
+}
+
+static void ut_u_cb(uv_timer_t *handle) {
+  (void)handle;
+  ut.u_iter = g_fx->iter;
+}
+
+static void test_update_time_in_phase(void) {
+  const char *T = "update_time_in_phase";
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(&ut, 0, sizeof ut);
+  /* The busy uv_timer_t and the wheel's own are due together, the busy one
+   * started first; the twins are due 190 ms later, within the busy 250 ms. */
+  uv_update_time(&f.loop);
+  uv_timer_init(&f.loop, &ut.busy);
+  uv_timer_start(&ut.busy, ut_busy_cb, 10, 0);
+  uvtw_timer_init(f.wheel, &ut.first);
+  uvtw_timer_init(f.wheel, &ut.w);
+  uvtw_timer_start(&ut.first, fx_noop_timer_cb, 10, 0);
+  uvtw_timer_start(&ut.w, ut_w_cb, 200, 0);
+  uv_timer_init(&f.loop, &ut.twin);
+  uv_timer_start(&ut.twin, ut_u_cb, 200, 0);
+  ut.w_deadline = uv_now(&f.loop) + 200;
+  fx_run(&f, UV_RUN_DEFAULT);
+  tap_ok(ut.w_iter != 0 && ut.u_iter != 0, "%s: both twins ran", T);
+  tap_ok(ut.w_now >= ut.w_deadline, "%s: never early: ran at %llu, due %llu", T,
+         (unsigned long long)ut.w_now, (unsigned long long)ut.w_deadline);
+  bool collects = uv_version() >= (1u << 16 | 48u << 8);
+  bool exercised = ut.phase_start < ut.w_deadline; /* else the phase collected both */
+  uint64_t ahead = collects && exercised ? 1 : 0;
+  EXPECT_U64(ut.w_iter + ahead, ut.u_iter,
+             "%s: the wheel timer runs %llu iteration(s) before its twin (libuv %s%s)", T,
+             (unsigned long long)ahead, uv_version_string(),
+             exercised ? "" : "; the loop woke after the twins' deadline");
+  fx_close_handle(&ut.busy);
+  fx_close_handle(&ut.twin);
+  fx_close(&f);
+}
+
 static const tap_case_t cases[] = {
     TAP_CASE(twin_thousands),
     TAP_CASE(twin_staggered),
@@ -810,6 +875,7 @@ static const tap_case_t cases[] = {
     TAP_CASE(self_restart_from_check_cb),
     TAP_CASE(self_restart_from_idle_cb),
     TAP_CASE(self_restart_from_wheel_cb),
+    TAP_CASE(update_time_in_phase),
 };
 
 FX_MAIN(cases)

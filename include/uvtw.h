@@ -24,7 +24,12 @@
  * Time is milliseconds on the loop's clock (uv_now()), exactly as for
  * uv_timer_t: a wheel timer and a uv_timer_t started at the same moment with
  * the same timeout fire in the same loop iteration, on every libuv from 1.44
- * on. Guarantees, for every callback:
+ * on, with one exception: on libuv 1.48 and later, when a callback that runs
+ * before the wheel's in the same timer phase calls uv_update_time(), wheel
+ * timers due by the updated clock run in that phase, one iteration before
+ * uv_timer_ts due in between (that libuv collects a phase's due timers
+ * against its time at the phase's start, and keeps that time nowhere).
+ * Guarantees, for every callback:
  *   - never early: it runs only once the clock has reached its deadline;
  *   - order: callbacks run in deadline order, equal deadlines in the order
  *     the timers were started (tasks: in call order per calling thread);

@@ -1,6 +1,6 @@
 /* The lateness histogram's public calls: the buckets' bounds and quantiles
  * of a window between two copies of the stats. The wheel counts in
- * loop.c (uvtw__note_fired), through uvtw__late_bucket in late.h. Both
+ * core.c (uvtw__note_fired), through uvtw__late_bucket in late.h. Both
  * calls read only their arguments: any thread. */
 #include "late.h"
 

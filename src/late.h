@@ -1,6 +1,6 @@
 /* The lateness histogram's buckets (uvtw_stats_t.late; the layout and why
  * are in include/uvtw.h, "Lateness"). The bucket of a value is inline here,
- * for the fire path in loop.c; the public calls are in late.c. */
+ * for the fire path in core.c; the public calls are in late.c. */
 #ifndef UVTW_LATE_H
 #define UVTW_LATE_H
 

@@ -81,21 +81,16 @@ uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms) {
 static void on_timer(uv_timer_t *handle);
 static void on_prepare(uv_prepare_t *handle);
 
-/* Handles closed by the program (a uv_walk) are never touched again. */
-static inline bool handle_open(const void *handle) {
-  return !uv_is_closing((const uv_handle_t *)handle);
-}
-
 #ifdef UVTW_CHECKS
 /* The loop's iteration, or UINT64_MAX where libuv cannot tell (< 1.45). */
 static uint64_t loop_iteration(uv_loop_t *loop) {
+  uint64_t count = UINT64_MAX;
 #if UV_VERSION_HEX >= 0x012d00
   uv_metrics_t m;
-  if (uv_version() >= (1u << 16 | 45u << 8) && uv_metrics_info(loop, &m) == 0)
-    return m.loop_count;
+  count = uv_metrics_info(loop, &m) == 0 ? m.loop_count : count;
 #endif
   (void)loop;
-  return UINT64_MAX;
+  return count;
 }
 #endif
 
@@ -104,9 +99,9 @@ void uvtw__update_refs(uvtw_wheel_t *w) {
     return;
   bool may_keep_alive = (w->flags & (WHEEL_REF | WHEEL_MANUAL)) == WHEEL_REF;
   bool keep_alive = may_keep_alive && w->wheel.count > w->unrefs;
-  if (handle_open(&w->timer))
+  if (uvtw__handle_open(&w->timer))
     (keep_alive ? uv_ref : uv_unref)((uv_handle_t *)&w->timer);
-  if (handle_open(&w->async))
+  if (uvtw__handle_open(&w->async))
     (may_keep_alive && !(w->flags & WHEEL_LOOP_RAN) ? uv_ref : uv_unref)((uv_handle_t *)&w->async);
 }
 
@@ -118,17 +113,17 @@ static void set_arming(uvtw_wheel_t *w, enum arming to, uint64_t deadline) {
   if (to == ARM_TIMER && w->wheel.count == 0)
     to = ARM_IDLE;
   bool started = (to == ARM_TIMER || to == ARM_WAIT) && w->wheel.count != 0;
-  if (started && handle_open(&w->timer)) {
+  if (started && uvtw__handle_open(&w->timer)) {
     uint64_t due = uvtw__ms_of(w, deadline);
     uint64_t now = uv_now(w->loop);
     uv_timer_start(&w->timer, on_timer, due > now ? due - now : 0, 0);
 #ifdef UVTW_CHECKS
     w->armed_in = loop_iteration(w->loop);
 #endif
-  } else if (to != ARM_COLLECTED && to != ARM_IN_PASS && handle_open(&w->timer)) {
+  } else if (to != ARM_COLLECTED && to != ARM_IN_PASS && uvtw__handle_open(&w->timer)) {
     uv_timer_stop(&w->timer);
   }
-  if (handle_open(&w->prepare))
+  if (uvtw__handle_open(&w->prepare))
     (to == ARM_WAIT ? uv_prepare_start(&w->prepare, on_prepare) : uv_prepare_stop(&w->prepare));
   w->arming = to;
   w->armed_at = started ? deadline : 0;
@@ -319,8 +314,7 @@ const char *uvtw__arming_check(const uvtw_wheel_t *w) {
   INVARIANT(a != ARM_IN_PASS, "checked inside a pass"); /* the checker runs between passes */
   INVARIANT(!manual || (a == ARM_IDLE && !timer), "a manual clock armed its uv_timer_t");
   INVARIANT(a != ARM_IDLE || (!timer && (empty || manual)), "IDLE with a timer or entries");
-  INVARIANT(a != ARM_TIMER || (!empty && (timer || collected)),
-            "TIMER not armed (nor collected by the timer phase under way)");
+  INVARIANT(a != ARM_TIMER || (!empty && (timer || collected)), "TIMER not armed nor collected");
   /* COLLECTED: libuv >= 1.48 holds it inactive in its list; older libuvs in the heap */
   INVARIANT(a != ARM_COLLECTED || (!empty && timer != w->policy->collects), "COLLECTED, not due");
   INVARIANT(a != ARM_WAIT || (!w->policy->collects && timer == !empty), "WAIT on libuv >= 1.48");

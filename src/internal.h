@@ -25,7 +25,6 @@
 /* Flags in an entry's `wheel_` (the wheel's address is 8-byte aligned). */
 #define ENTRY_UNREF ((uintptr_t)1) /* does not keep the loop alive */
 #define ENTRY_TASK ((uintptr_t)2)  /* a task's entry (tasks.c); else a timer's (timer.c) */
-#define ENTRY_FLAGS (ENTRY_UNREF | ENTRY_TASK)
 
 /* libuv 1.48 and later collect a timer phase's due timers at its start and
  * run a uv_timer_t started in that phase in the next one (core.c). */
@@ -85,16 +84,22 @@ struct uvtw_wheel_s {
   wheel_t wheel;
 };
 
+/* Handles closed by the program (a uv_walk) are never touched again. */
+static inline bool uvtw__handle_open(const void *handle) {
+  return !uv_is_closing((const uv_handle_t *)handle);
+}
+
 static inline bool uvtw__closing(const uvtw_wheel_t *w) {
   return w->flags & WHEEL_CLOSING;
 }
 
-static inline wheel_node_t *uvtw__node_of(uvtw_timer_t *entry) {
-  return (wheel_node_t *)(void *)&entry->node_;
+/* An entry's node (const or not, as container_of). */
+static inline wheel_node_t *uvtw__node_of(const uvtw_timer_t *entry) {
+  return (wheel_node_t *)(uintptr_t)&entry->node_;
 }
 
 static inline uvtw_wheel_t *uvtw__wheel_of(const uvtw_timer_t *entry) {
-  return (uvtw_wheel_t *)(entry->wheel_ & ~ENTRY_FLAGS);
+  return (uvtw_wheel_t *)(entry->wheel_ & ~(ENTRY_UNREF | ENTRY_TASK));
 }
 
 /* An entry in no list, of `w`, with ENTRY_* `flags`. */

@@ -17,10 +17,6 @@
 
 enum { WHEEL_HANDLES = 3 };
 
-static bool handle_open(const void *handle) {
-  return !uv_is_closing((const uv_handle_t *)handle);
-}
-
 /* Once the handles are closed. */
 static void finish_close(uvtw_wheel_t *w) {
   if (w->close_cb != NULL)
@@ -56,7 +52,7 @@ static void on_async(uv_async_t *handle) {
 static void find_peer(uv_handle_t *handle, void *arg) {
   uvtw_wheel_t *w = arg;
   uvtw_wheel_t *p = handle->data;
-  if (handle->type != UV_ASYNC || w->peer != w || p == w || !handle_open(handle) ||
+  if (handle->type != UV_ASYNC || w->peer != w || p == w || !uvtw__handle_open(handle) ||
       (uintptr_t)p + offsetof(uvtw_wheel_t, async) != (uintptr_t)handle)
     return;
   w->peer = p->peer;
@@ -116,7 +112,7 @@ static void on_handle_closed(uv_handle_t *handle) {
 /* Closes a handle of the wheel, unless the program did: then it is closed
  * already, and its loop may be too, so neither is touched again. */
 static void close_handle(uvtw_wheel_t *w, uv_handle_t *handle) {
-  if (!handle_open(handle))
+  if (!uvtw__handle_open(handle))
     w->open_handles--;
   else
     uv_close(handle, on_handle_closed);
@@ -211,20 +207,6 @@ static const char *check_list(const uvtw_wheel_t *w, const wheel_node_t *head, u
   return NULL;
 }
 
-/* The handles keep the loop alive as a referenced uv_timer_t would, and
- * before the loop's first iteration for the tasks queued; the uv_prepare_t
- * never. */
-static const char *check_refs(const uvtw_wheel_t *w, uint64_t referenced) {
-  bool may_keep_alive = (w->flags & (WHEEL_REF | WHEEL_MANUAL)) == WHEEL_REF;
-  INVARIANT(uv_has_ref((const uv_handle_t *)&w->timer) == (may_keep_alive && referenced != 0),
-            "the uv_timer_t's reference disagrees with the referenced entries");
-  INVARIANT(uv_has_ref((const uv_handle_t *)&w->async) ==
-                (may_keep_alive && !(w->flags & WHEEL_LOOP_RAN)),
-            "the uv_async_t's reference is wrong");
-  INVARIANT(!uv_has_ref((const uv_handle_t *)&w->prepare), "the uv_prepare_t is referenced");
-  return NULL;
-}
-
 const char *uvtw__check(const uvtw_wheel_t *w) {
   int64_t linked = uvtw__tasks_linked(w); /* before the walk: see uvtw__tasks_check */
   const char *error = uvtw__wheel_check(&w->wheel);
@@ -236,15 +218,25 @@ const char *uvtw__check(const uvtw_wheel_t *w) {
   if (error != NULL)
     return error;
   INVARIANT(c[0] == w->wheel.count && c[1] == w->unrefs, "the counts disagree with the lists");
-  INVARIANT(w->open_handles >= 0 && w->open_handles <= WHEEL_HANDLES, "open handles miscounted");
   /* Closing: nothing left, out of the ring, the handles closing (not checked). */
   INVARIANT(!uvtw__closing(w) || (c[0] == 0 && w->peer == w), "a closed wheel holds on");
   /* Handles the program closed (a uv_walk) are not checked: they are left alone. */
-  bool open = handle_open(&w->timer) && handle_open(&w->async) && handle_open(&w->prepare);
+  bool open = uvtw__handle_open(&w->timer) && uvtw__handle_open(&w->async) &&
+              uvtw__handle_open(&w->prepare);
   if (!uvtw__closing(w) && open) {
     INVARIANT(w->open_handles == WHEEL_HANDLES, "an open wheel counts a handle closed");
-    if ((error = uvtw__arming_check(w)) != NULL || (error = check_refs(w, c[0] - c[1])) != NULL)
+    if ((error = uvtw__arming_check(w)) != NULL)
       return error;
+    /* The handles keep the loop alive as a referenced uv_timer_t would, and
+     * before the loop's first iteration for the tasks queued; the
+     * uv_prepare_t never. */
+    bool may_keep_alive = (w->flags & (WHEEL_REF | WHEEL_MANUAL)) == WHEEL_REF;
+    INVARIANT(uv_has_ref((const uv_handle_t *)&w->timer) == (may_keep_alive && c[0] > c[1]),
+              "the uv_timer_t's reference disagrees with the referenced entries");
+    INVARIANT(uv_has_ref((const uv_handle_t *)&w->async) ==
+                  (may_keep_alive && !(w->flags & WHEEL_LOOP_RAN)),
+              "the uv_async_t's reference is wrong");
+    INVARIANT(!uv_has_ref((const uv_handle_t *)&w->prepare), "the uv_prepare_t is referenced");
     INVARIANT(w->wheel.now <= uvtw__now_ticks(w), "the wheel's time is ahead of its clock");
     for (const uvtw_wheel_t *p = w->peer; p != w; p = p->peer) /* the open wheels of one loop */
       INVARIANT(p->loop == w->loop && !uvtw__closing(p),

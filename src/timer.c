@@ -4,10 +4,6 @@
  * timer again, then runs the program's callback, kept in the timer's cb_. */
 #include "internal.h"
 
-static inline const wheel_node_t *const_node_of(const uvtw_timer_t *timer) {
-  return (const wheel_node_t *)(const void *)&timer->node_;
-}
-
 /* The callback of a timer's entry, once it has left the wheel. A repeating
  * timer is filed again first, from the clock's now, like uv_timer_t, so it
  * is active inside its callback. */
@@ -95,14 +91,14 @@ uint64_t uvtw_timer_get_repeat(const uvtw_timer_t *timer) {
 }
 
 int uvtw_timer_is_active(const uvtw_timer_t *timer) {
-  return wheel_node_linked(const_node_of(timer));
+  return wheel_node_linked(uvtw__node_of(timer));
 }
 
 uint64_t uvtw_timer_get_due_in(const uvtw_timer_t *timer) {
   if (!uvtw_timer_is_active(timer))
     return 0;
   uvtw_wheel_t *w = uvtw__wheel_of(timer);
-  uint64_t due = uvtw__ms_of(w, const_node_of(timer)->deadline);
+  uint64_t due = uvtw__ms_of(w, uvtw__node_of(timer)->deadline);
   uint64_t now = uvtw__clock_ms(w);
   return due > now ? due - now : 0;
 }

@@ -59,7 +59,6 @@
  * loop alive; the uv_prepare_t never is.
  */
 #include "internal.h"
-#include "late.h"
 
 /* The public uvtw_timer_t keeps the wheel's node in a field of its own
  * type, with the same layout. */
@@ -67,14 +66,6 @@ _Static_assert(sizeof(((uvtw_timer_t *)0)->node_) == sizeof(wheel_node_t) &&
                    _Alignof(wheel_node_t) <= _Alignof(uvtw_timer_t) &&
                    offsetof(uvtw_timer_t, node_) % _Alignof(wheel_node_t) == 0,
                "uvtw_timer_t.node_ does not match wheel_node_t");
-
-uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms) {
-  if (w->tick_ms == 1 || ms == UINT64_MAX)
-    return ms;
-  uint64_t ticks = ms / w->tick_ms + (ms % w->tick_ms != 0);
-  /* Rounded up to UINT64_MAX ms or past it, a deadline saturates too. */
-  return uvtw__ms_of(w, ticks) == UINT64_MAX ? UINT64_MAX : ticks;
-}
 
 /* ---- arming the uv_timer_t and keeping the loop alive ------------------- */
 
@@ -175,22 +166,11 @@ void uvtw__core_init(uvtw_wheel_t *w, uv_loop_t *loop, uint32_t tick_ms, bool ma
 /* Once no referenced entry is pending, the handles let go of the loop;
  * once nothing is, the uv_timer_t stops. Out of line, so a stop saves no
  * registers (bench/README.md). */
-UVTW_NOINLINE static void release_loop(uvtw_wheel_t *w) {
+UVTW_NOINLINE void uvtw__release_loop(uvtw_wheel_t *w) {
   uvtw__update_refs(w);
   enum arming a = w->arming;
   if (w->wheel.count == 0 && (a == ARM_TIMER || a == ARM_COLLECTED || a == ARM_WAIT))
     set_arming(w, a == ARM_WAIT ? ARM_WAIT : ARM_IDLE, 0); /* WAIT keeps its prepare */
-}
-
-/* After `entry` is unlinked: updates the counts, and lets go of the loop
- * and stops the uv_timer_t when the last referenced entry, or the last
- * entry, has left. */
-static void after_unlink(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
-  bool unref = entry->wheel_ & ENTRY_UNREF;
-  if (unref)
-    w->unrefs--;
-  if ((!unref && w->wheel.count == w->unrefs) || w->wheel.count == 0)
-    release_loop(w);
 }
 
 /* Files `entry` and decides the arming (see the top of this file). A
@@ -212,24 +192,7 @@ void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
     set_arming(w, to, at);
 }
 
-void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
-  uvtw__wheel_remove(&w->wheel, uvtw__node_of(entry));
-  after_unlink(w, entry);
-}
-
 /* ---- passes ---------------------------------------------------------------- */
-
-void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline) {
-  uint64_t now = uvtw__clock_ms(w);
-  uint64_t due = uvtw__ms_of(w, deadline);
-  /* A manual clock measures the test's steps, not the loop: 0 ms. */
-  uint64_t late = now > due && !(w->flags & WHEEL_MANUAL) ? now - due : 0;
-  w->stats.fired++;
-  w->stats.late[uvtw__late_bucket(late)]++;
-  w->stats.late_total_ms = uvtw__add_saturating(w->stats.late_total_ms, late);
-  if (late > w->stats.late_max_ms)
-    w->stats.late_max_ms = late;
-}
 
 void uvtw__fire_expired(uvtw_wheel_t *w) {
   wheel_node_t *node;
@@ -243,7 +206,7 @@ void uvtw__fire_expired(uvtw_wheel_t *w) {
     if (next != &w->wheel.expired)
       UVTW_PREFETCH(container_of(next, uvtw_timer_t, node_)->data);
     uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
-    after_unlink(w, entry);
+    uvtw__entry_unlinked(w, entry);
     w->fire[(entry->wheel_ & ENTRY_TASK) != 0](entry); /* the entry may be freed from here on */
   }
 }

@@ -17,6 +17,7 @@
 #define UVTW_INTERNAL_H
 
 #include "check.h"
+#include "late.h"
 #include "uvtw.h"
 #include "wheel.h" /* and with it stdbool.h, stddef.h, stdint.h */
 
@@ -130,17 +131,32 @@ static inline uint64_t uvtw__now_ticks(const uvtw_wheel_t *w) {
 }
 
 /* A deadline in ms to ticks, rounded up (UINT64_MAX, saturated, stays). */
-uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms);
+static inline uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms) {
+  if (w->tick_ms == 1 || ms == UINT64_MAX)
+    return ms;
+  uint64_t ticks = ms / w->tick_ms + (ms % w->tick_ms != 0);
+  /* Rounded up to UINT64_MAX ms or past it, a deadline saturates too. */
+  return uvtw__ms_of(w, ticks) == UINT64_MAX ? UINT64_MAX : ticks;
+}
 /* References the handles as the pending entries and the flags say. */
 void uvtw__update_refs(uvtw_wheel_t *w);
 /* Files an entry that is in no list at `deadline` (ticks) and decides the
  * arming. */
 void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline);
-/* Unlinks a pending entry; stops the uv_timer_t if nothing is left. */
-void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry);
 /* Counts a callback about to run with status 0 for an entry due at
- * `deadline` (ticks): fired, and its lateness. */
-void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline);
+ * `deadline` (ticks): fired, and its lateness. Inline: every fire runs it. */
+static inline void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline) {
+  uint64_t now = uvtw__clock_ms(w);
+  uint64_t due = uvtw__ms_of(w, deadline);
+  /* A manual clock measures the test's steps, not the loop: 0 ms. */
+  uint64_t late = now > due && !(w->flags & WHEEL_MANUAL) ? now - due : 0;
+  w->stats.fired++;
+  w->stats.late[uvtw__late_bucket(late)]++;
+  w->stats.late_total_ms = uvtw__add_saturating(w->stats.late_total_ms, late);
+  if (late > w->stats.late_max_ms)
+    w->stats.late_max_ms = late;
+}
+
 /* Runs one pass at `now` (ticks), then pass_end, then arms for the next
  * one; false if a callback closed the wheel (it may be gone). */
 bool uvtw__pass(uvtw_wheel_t *w, uint64_t now);
@@ -158,6 +174,26 @@ static inline void uvtw__entry_filed(uvtw_wheel_t *w, const uvtw_timer_t *entry)
     w->unrefs++;
   else if (w->wheel.count - w->unrefs == 1)
     uvtw__update_refs(w);
+}
+
+/* See uvtw__entry_unlinked. */
+void uvtw__release_loop(uvtw_wheel_t *w);
+
+/* After `entry` is unlinked: updates the counts, and lets go of the loop
+ * and stops the uv_timer_t when the last referenced entry, or the last
+ * entry, has left. Inline, as uvtw__entry_filed. */
+static inline void uvtw__entry_unlinked(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
+  bool unref = entry->wheel_ & ENTRY_UNREF;
+  if (unref)
+    w->unrefs--;
+  if ((!unref && w->wheel.count == w->unrefs) || w->wheel.count == 0)
+    uvtw__release_loop(w);
+}
+
+/* Unlinks a pending entry; stops the uv_timer_t if nothing is left. */
+static inline void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
+  uvtw__wheel_remove(&w->wheel, uvtw__node_of(entry));
+  uvtw__entry_unlinked(w, entry);
 }
 
 /* ---- timer.c and tasks.c, for life.c ---------------------------------------- */

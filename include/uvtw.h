@@ -1,10 +1,11 @@
 /* uvtw: a hierarchical timing wheel for libuv loops.
  *
  * One wheel per loop holds any number of timers, each start, stop and
- * restart O(1). The wheel owns one uv_timer_t, armed to the earliest pending
- * deadline only (stopped when nothing is pending, so an idle wheel never
- * wakes the loop), and one uv_async_t through which other threads hand it
- * tasks. Callbacks always run on the loop's thread.
+ * restart O(1). The wheel owns three libuv handles (uvtw_wheel_new lists
+ * them): a uv_timer_t armed to the earliest pending deadline only (stopped
+ * when nothing is pending, so an idle wheel never wakes the loop), a
+ * uv_async_t through which other threads hand it tasks, and a helper
+ * uv_prepare_t. Callbacks always run on the loop's thread.
  *
  * Threads: the loop's thread is the thread running uv_run on the wheel's
  * loop at the moment of a call, and only that; a loop may be run by several
@@ -42,17 +43,32 @@
 #ifndef UVTW_H
 #define UVTW_H
 
-/* uv.h needs POSIX (pthread_rwlock_t, struct addrinfo), which strict ISO C
- * (-std=c11, __STRICT_ANSI__) hides on glibc. Asking for POSIX 2008 when the
- * translation unit chose no feature set lets `cc -std=c11 -pedantic` with
- * pkg-config's flags compile; it must come before the first system header.
- * Outside strict mode the compiler's default (_DEFAULT_SOURCE) already has it. */
-#if defined(__STRICT_ANSI__) && !defined(_WIN32) && !defined(_POSIX_C_SOURCE) &&                   \
-    !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE)
-#if defined(_FEATURES_H)
-#error "uv.h needs POSIX: include uvtw.h before system headers, or define _POSIX_C_SOURCE"
+/* uv.h needs POSIX 2001 or later (pthread_rwlock_t, struct addrinfo), which
+ * strict ISO C (-std=c11, __STRICT_ANSI__) hides; -pthread (_REENTRANT)
+ * alone asks glibc for POSIX 1995 only. When the translation unit chose no
+ * feature set, this asks for POSIX 2008, so that `cc -std=c11` with
+ * pkg-config's flags compiles a program that includes uvtw.h after any ISO
+ * C header (<stdio.h>, <stdlib.h>, ...). glibc derives what its headers
+ * declare once, in <features.h>, at the first system header; if one came
+ * first, <features.h> is read again (it starts from a clean slate for
+ * that), so the POSIX headers uv.h includes next declare what it needs. A
+ * POSIX header included before uvtw.h (also one an ISO header pulled in,
+ * as <signal.h> does with -pthread) was read without POSIX 2008 and cannot
+ * be read again: that order stops with the #error below. Outside strict mode
+ * the compiler's default (_DEFAULT_SOURCE) already has POSIX 2008. */
+#if defined(__STRICT_ANSI__) && !defined(_WIN32) && !defined(_XOPEN_SOURCE) &&                     \
+    !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) &&                                          \
+    (!defined(_POSIX_C_SOURCE) || (defined(_REENTRANT) && _POSIX_C_SOURCE == 199506L))
+#if defined(_PTHREAD_H) || defined(_BITS_PTHREADTYPES_COMMON_H) || defined(_SYS_TYPES_H) ||        \
+    defined(_NETDB_H) || defined(_SYS_SOCKET_H) || defined(_UNISTD_H) || defined(_SYS_STAT_H)
+#error "uv.h needs POSIX: include uvtw.h before POSIX headers, or define _POSIX_C_SOURCE 200809L"
 #endif
+#undef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
+#if defined(_FEATURES_H)
+#undef _FEATURES_H
+#include <features.h>
+#endif
 #endif
 
 #include <stdint.h>

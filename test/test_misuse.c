@@ -246,6 +246,8 @@ static void show(const ending_t *end) {
 /* The child `name` makes its mistake and is stopped with `diagnosis` on
  * its stderr, naming `where` (the call that made it, for a sanitizer's
  * report). */
+static void expect_diagnosed(const char *name, const char *diagnosis, const char *where)
+    __attribute__((unused)); /* a release build without a sanitizer diagnoses nothing */
 static void expect_diagnosed(const char *name, const char *diagnosis, const char *where) {
   ending_t end;
   run(name, &end);

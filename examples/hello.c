@@ -47,6 +47,6 @@ int main(void) {
   uv_run(loop, UV_RUN_DEFAULT); /* returns when no timer is pending */
 
   uvtw_wheel_close(wheel, NULL, NULL);
-  uv_run(loop, UV_RUN_DEFAULT); /* lets the wheel's two handles close */
+  uv_run(loop, UV_RUN_DEFAULT); /* lets the wheel's handles close */
   return uv_loop_close(loop) == 0 ? 0 : 1;
 }

@@ -7,7 +7,7 @@
  * 2.5 s, like a slow request. Runs for 5 seconds, or argv[1].
  *
  *   cc watch_loop.c $(pkg-config --cflags --libs uvtw) */
-#include <uvtw.h> /* first: it asks for POSIX when built with -std=c11 */
+#include <uvtw.h>
 
 #include <inttypes.h>
 #include <stdio.h>

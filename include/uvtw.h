@@ -1,10 +1,11 @@
 /* uvtw: a hierarchical timing wheel for libuv loops.
  *
  * One wheel per loop holds any number of timers, each start, stop and
- * restart O(1). The wheel owns one uv_timer_t, armed to the earliest pending
- * deadline only (stopped when nothing is pending, so an idle wheel never
- * wakes the loop), and one uv_async_t through which other threads hand it
- * tasks. Callbacks always run on the loop's thread.
+ * restart O(1). The wheel owns three libuv handles (uvtw_wheel_new lists
+ * them): a uv_timer_t armed to the earliest pending deadline only (stopped
+ * when nothing is pending, so an idle wheel never wakes the loop), a
+ * uv_async_t through which other threads hand it tasks, and a helper
+ * uv_prepare_t. Callbacks always run on the loop's thread.
  *
  * Threads: the loop's thread is the thread running uv_run on the wheel's
  * loop at the moment of a call, and only that; a loop may be run by several
@@ -16,7 +17,14 @@
  * calls, as libuv requires for handles); except uvtw_schedule,
  * uvtw_ticket_cancel, uvtw_ticket_release, uvtw_version_string,
  * uvtw_late_bucket_max and uvtw_stats_late_quantile, which any thread may
- * call at any time.
+ * call at any time. A loop-thread call made from another thread while the
+ * loop runs is a data race that corrupts the wheel, as with uv_timer_t;
+ * ThreadSanitizer (-fsanitize=thread) reports it.
+ *
+ * Mistakes: a release build checks nothing that costs time. The debug
+ * build (Meson's -Dchecks, on unless the build type is release) and
+ * AddressSanitizer report the mistakes named below where they happen
+ * (test/test_misuse.c shows each).
  *
  * Errors are negative libuv error codes (UV_EINVAL, ...); 0 is success. A
  * call that fails changes nothing.
@@ -47,17 +55,32 @@
 #ifndef UVTW_H
 #define UVTW_H
 
-/* uv.h needs POSIX (pthread_rwlock_t, struct addrinfo), which strict ISO C
- * (-std=c11, __STRICT_ANSI__) hides on glibc. Asking for POSIX 2008 when the
- * translation unit chose no feature set lets `cc -std=c11 -pedantic` with
- * pkg-config's flags compile; it must come before the first system header.
- * Outside strict mode the compiler's default (_DEFAULT_SOURCE) already has it. */
-#if defined(__STRICT_ANSI__) && !defined(_WIN32) && !defined(_POSIX_C_SOURCE) &&                   \
-    !defined(_XOPEN_SOURCE) && !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE)
-#if defined(_FEATURES_H)
-#error "uv.h needs POSIX: include uvtw.h before system headers, or define _POSIX_C_SOURCE"
+/* uv.h needs POSIX 2001 or later (pthread_rwlock_t, struct addrinfo), which
+ * strict ISO C (-std=c11, __STRICT_ANSI__) hides; -pthread (_REENTRANT)
+ * alone asks glibc for POSIX 1995 only. When the translation unit chose no
+ * feature set, this asks for POSIX 2008, so that `cc -std=c11` with
+ * pkg-config's flags compiles a program that includes uvtw.h after any ISO
+ * C header (<stdio.h>, <stdlib.h>, ...). glibc derives what its headers
+ * declare once, in <features.h>, at the first system header; if one came
+ * first, <features.h> is read again (it starts from a clean slate for
+ * that), so the POSIX headers uv.h includes next declare what it needs. A
+ * POSIX header included before uvtw.h (also one an ISO header pulled in,
+ * as <signal.h> does with -pthread) was read without POSIX 2008 and cannot
+ * be read again: that order stops with the #error below. Outside strict mode
+ * the compiler's default (_DEFAULT_SOURCE) already has POSIX 2008. */
+#if defined(__STRICT_ANSI__) && !defined(_WIN32) && !defined(_XOPEN_SOURCE) &&                     \
+    !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) &&                                          \
+    (!defined(_POSIX_C_SOURCE) || (defined(_REENTRANT) && _POSIX_C_SOURCE == 199506L))
+#if defined(_PTHREAD_H) || defined(_BITS_PTHREADTYPES_COMMON_H) || defined(_SYS_TYPES_H) ||        \
+    defined(_NETDB_H) || defined(_SYS_SOCKET_H) || defined(_UNISTD_H) || defined(_SYS_STAT_H)
+#error "uv.h needs POSIX: include uvtw.h before POSIX headers, or define _POSIX_C_SOURCE 200809L"
 #endif
+#undef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
+#if defined(_FEATURES_H)
+#undef _FEATURES_H
+#include <features.h>
+#endif
 #endif
 
 #include <stdint.h>
@@ -149,7 +172,8 @@ typedef struct uvtw_stats_s {
  * it again. A timer belongs to its wheel until the wheel's close callback
  * has run; after it, stop, is_active, get_due_in and has_ref still answer
  * (the timer is inactive), and uvtw_timer_init may give it to another
- * wheel; nothing else may be called on it. */
+ * wheel; anything else reads the freed wheel (a use after free, which
+ * AddressSanitizer reports). */
 struct uvtw_timer_s {
   void *data;
   struct {
@@ -186,7 +210,10 @@ UVTW_EXTERN int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw
  * wheel pointer is valid until cb returns and must not be used afterwards.
  * From this call on, starts, agains and schedules get UV_ECANCELED; stops,
  * cancels and releases still work. Allowed inside any wheel callback. A
- * second call is ignored. `cb` may be NULL. Cost: O(pending entries).
+ * second call is ignored until the close callback has run (with cb NULL:
+ * until the loop has closed the wheel's handles); then the wheel is freed,
+ * and any call on it, this one too, is a use after free, which
+ * AddressSanitizer reports. `cb` may be NULL. Cost: O(pending entries).
  * Close the wheel before the loop's other handles. A program that closes
  * every handle itself (a uv_walk that closes each one not already closing,
  * the wheel's among them) may call this only after uv_run has finished
@@ -231,7 +258,9 @@ UVTW_EXTERN const char *uvtw_version_string(void);
 /* Binds `timer` to `wheel`, inactive and referenced. Leaves timer->data
  * alone. Call it once before any other uvtw_timer_* call on the timer, and
  * again only while the timer is inactive (after its wheel's close callback,
- * to give it to another wheel). */
+ * to give it to another wheel). Initialising an active timer (a struct
+ * reused without a stop) corrupts the wheel's lists, and a one-shot may
+ * then fire twice: stop it first. */
 UVTW_EXTERN void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer);
 
 /* Arms the timer to fire `timeout` ms from now on the wheel's clock
@@ -308,9 +337,9 @@ UVTW_EXTERN int uvtw_timer_has_ref(const uvtw_timer_t *timer);
  * the queue was empty. Memory: a task takes a 128-byte block of a 4 KiB
  * page shared with tasks of about the same timeout; memory goes back to
  * the system as tasks end and tickets are released, beyond a fixed part
- * per wheel of about 5 MiB kept for reuse. A task alive, or a ticket
- * unreleased, holds 8 KiB at most (its page and a header page), so
- * release tickets when done with them.
+ * per wheel of at most 8 MiB kept for reuse (its parts: docs/design.md).
+ * A task alive, or a ticket unreleased, holds 8 KiB at most (its page and
+ * a header page), so release tickets when done with them.
  * Errors (nothing queued, *ticket untouched): wheel or cb NULL -> UV_EINVAL;
  * no memory -> UV_ENOMEM; max_pending reached -> UV_ENOBUFS; wheel closing
  * (from uvtw_wheel_close until its callback returns) -> UV_ECANCELED. A call
@@ -333,7 +362,10 @@ UVTW_EXTERN int uvtw_ticket_cancel(uvtw_ticket_t *ticket);
 /* Gives up the ticket; does not cancel. Exactly once per ticket, any thread,
  * before or after the task ran, was cancelled, or the wheel closed. A
  * ticket holds the task's memory (see uvtw_schedule). NULL is ignored.
- * Lock-free, O(1). */
+ * Lock-free, O(1). After the release the ticket must not be used: once the
+ * task has ended too, its block goes back, and a second release or a
+ * cancel then is reported by AddressSanitizer (the block is poisoned), a
+ * second release also by the debug build, which aborts with a message. */
 UVTW_EXTERN void uvtw_ticket_release(uvtw_ticket_t *ticket);
 
 /* ---- Manual clock (wheels made with manual_clock = 1) ------------------- */

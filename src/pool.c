@@ -32,6 +32,13 @@
  *
  * On Windows, empty pages are not given back one by one: a slab goes back
  * once all its pages have.
+ *
+ * Under AddressSanitizer a block given back is poisoned until it is handed
+ * out again, so that a ticket released twice, or used after its release,
+ * is reported where it happens: the slabs are the pool's own mappings,
+ * which ASan cannot see into otherwise. A slab is unpoisoned before it is
+ * unmapped, so that whatever is mapped there next starts clean. Without
+ * ASan none of this is compiled.
  */
 #define _DEFAULT_SOURCE 1 /* madvise and MAP_ANONYMOUS, with -std=c11 */
 
@@ -42,6 +49,22 @@
 #include "port.h"
 #ifdef UVTW_CHECKS
 #include "check.h"
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define POOL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define POOL_ASAN 1
+#endif
+#endif
+#ifdef POOL_ASAN
+#include <sanitizer/asan_interface.h>
+#define poison(address, size) ASAN_POISON_MEMORY_REGION(address, size)
+#define unpoison(address, size) ASAN_UNPOISON_MEMORY_REGION(address, size)
+#else
+#define poison(address, size) ((void)(address), (void)(size))
+#define unpoison(address, size) ((void)(address), (void)(size))
 #endif
 
 #define PAGE ((uintptr_t)POOL_PAGE)
@@ -68,7 +91,7 @@ _Static_assert(sizeof(header_t) <= POOL_PAGE && PAGE_BLOCKS < 256, "the header a
 #ifdef _WIN32
 #include <malloc.h>
 #define slab_map() ((char *)_aligned_malloc(SLAB, SLAB))
-#define slab_unmap(slab) _aligned_free(slab)
+#define slab_free(slab) _aligned_free(slab)
 #define page_unmap(page) ((void)(page))
 #else
 #include <sys/mman.h>
@@ -90,9 +113,14 @@ static char *slab_map(void) {
   return slab;
 }
 
-#define slab_unmap(slab) munmap(slab, SLAB)
+#define slab_free(slab) munmap(slab, SLAB)
 #define page_unmap(page) madvise(page, PAGE, MADV_DONTNEED)
 #endif
+
+static void slab_unmap(char *slab) {
+  unpoison(slab, SLAB);
+  slab_free(slab);
+}
 
 void uvtw__pool_init(pool_t *p) {
   atomic_init(&p->refs, 1);
@@ -226,8 +254,11 @@ void *uvtw__pool_get(pool_t *p, uint64_t timeout) {
   _Atomic uintptr_t *cursor = &p->slab[k < POOL_CLASSES ? k : POOL_CLASSES - 1];
   for (;;) {
     uintptr_t c = atomic_fetch_add_explicit(cursor, 1, memory_order_acquire);
-    if (!used_up(c))
-      return slab_of(c) + index_of(c) * POOL_BLOCK;
+    if (!used_up(c)) {
+      char *block = slab_of(c) + index_of(c) * POOL_BLOCK;
+      unpoison(block, POOL_BLOCK);
+      return block;
+    }
     char *slab = slab_new(p);
     if (!replace_used_up(cursor, c + 1, slab) && slab != NULL)
       slab_back(p, slab, SLAB_PAGES); /* another thread's went in: never the last reference */
@@ -238,6 +269,7 @@ void *uvtw__pool_get(pool_t *p, uint64_t timeout) {
 
 bool uvtw__pool_put(pool_t *p, void *block) {
   uintptr_t address = (uintptr_t)block;
+  poison(block, POOL_BLOCK); /* before the count: then it may be handed out again */
   return blocks_back(address, 1) && page_back(p, (char *)(address & ~(PAGE - 1)));
 }
 

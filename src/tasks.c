@@ -52,6 +52,9 @@
 #include <assert.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#ifdef UVTW_CHECKS
+#include <stdio.h> /* REFS_CHECK's message */
+#endif
 
 #include "internal.h"
 #include "mpsc.h"
@@ -167,8 +170,28 @@ static void free_block(uvtw_ticket_t *task) {
     free(sh);
 }
 
+/* A count that was already 0 is a ticket released twice: the checks build
+ * stops there, rather than give the block back twice. Under ASan the block
+ * is poisoned once given back (pool.c), which reports the access first. */
+#ifdef UVTW_CHECKS
+#define REFS_CHECK(before)                                                                         \
+  do {                                                                                             \
+    if ((before) <= 0) {                                                                           \
+      fprintf(stderr,                                                                              \
+              "uvtw: a ticket's reference count went below 0 (%d): a ticket released "             \
+              "twice, or used after its release\n",                                                \
+              (before)-1);                                                                         \
+      abort();                                                                                     \
+    }                                                                                              \
+  } while (0)
+#else
+#define REFS_CHECK(before) ((void)(before))
+#endif
+
 static void task_unref(uvtw_ticket_t *task) {
-  if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) == 1)
+  int before = atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel);
+  REFS_CHECK(before);
+  if (before == 1)
     free_block(task);
 }
 

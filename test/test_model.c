@@ -1,7 +1,7 @@
 /* The public API on a real loop against a model, with the library's
  * invariant checker (uvtw__check, src/internal.h) after every step: the
  * randomized counterpart of test_wheel.c's model of the pure wheel, for
- * loop.c and tasks.c (TAP).
+ * the glue (src/core.c, timer.c, tasks.c, manual.c, life.c) (TAP).
  *
  * Two wheels on one loop, on the loop's clock (the second with a tick of 1
  * to 3 ms, by the seed). Each step, chosen at random:

@@ -260,7 +260,9 @@ UVTW_EXTERN const char *uvtw_version_string(void);
  * again only while the timer is inactive (after its wheel's close callback,
  * to give it to another wheel). Initialising an active timer (a struct
  * reused without a stop) corrupts the wheel's lists, and a one-shot may
- * then fire twice: stop it first. */
+ * then fire twice: stop it first. The debug build (-Dchecks) stops the
+ * program with a message at the next unlink beside the timer's old place;
+ * a release build does not see it. */
 UVTW_EXTERN void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer);
 
 /* Arms the timer to fire `timeout` ms from now on the wheel's clock

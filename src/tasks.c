@@ -52,9 +52,6 @@
 #include <assert.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#ifdef UVTW_CHECKS
-#include <stdio.h> /* REFS_CHECK's message */
-#endif
 
 #include "internal.h"
 #include "mpsc.h"
@@ -173,24 +170,12 @@ static void free_block(uvtw_ticket_t *task) {
 /* A count that was already 0 is a ticket released twice: the checks build
  * stops there, rather than give the block back twice. Under ASan the block
  * is poisoned once given back (pool.c), which reports the access first. */
-#ifdef UVTW_CHECKS
-#define REFS_CHECK(before)                                                                         \
-  do {                                                                                             \
-    if ((before) <= 0) {                                                                           \
-      fprintf(stderr,                                                                              \
-              "uvtw: a ticket's reference count went below 0 (%d): a ticket released "             \
-              "twice, or used after its release\n",                                                \
-              (before)-1);                                                                         \
-      abort();                                                                                     \
-    }                                                                                              \
-  } while (0)
-#else
-#define REFS_CHECK(before) ((void)(before))
-#endif
-
 static void task_unref(uvtw_ticket_t *task) {
   int before = atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel);
-  REFS_CHECK(before);
+  MISUSE(before <= 0,
+         "a ticket's reference count went below 0 (%d): a ticket released twice, or used after "
+         "its release\n",
+         before - 1);
   if (before == 1)
     free_block(task);
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "check.h"
 #include "port.h"
 
 #define WHEEL_LEVEL0_BITS 12 /* level 0: 4096 one-tick slots */
@@ -146,10 +147,17 @@ static inline bool uvtw__wheel_postpone(wheel_t *w, wheel_node_t *node, uint64_t
   return true;
 }
 
-/* Unlinks a linked node from its slot or from the expired list. */
+/* Unlinks a linked node from its slot or from the expired list. The checks
+ * build first sees that its neighbours link to it: an entry initialised
+ * again while linked (a uvtw_timer_t reused without a stop) leaves them
+ * linked to it, and the next unlink next to it stops there. */
 static inline void uvtw__wheel_remove(wheel_t *w, wheel_node_t *node) {
   wheel_node_t *prev = node->prev;
   wheel_node_t *next = node->next;
+  MISUSE(prev->next != node || next->prev != node,
+         "an entry's neighbours do not link to it (%p): a uvtw_timer_t initialised again, or "
+         "freed, while active?\n",
+         (void *)node);
   prev->next = next;
   next->prev = prev;
   node->next = node->prev = NULL;

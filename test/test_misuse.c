@@ -10,6 +10,8 @@
  *   wheel_closed_after_close_cb    ASan: heap-use-after-free
  *   timer_started_after_wheel_freed ASan: heap-use-after-free
  *   timer_started_from_other_thread TSan: data race
+ *   timer_init_while_active        checks: the abort of the wheel's link
+ *                                  check at the next unlink beside it
  *
  * Each case makes the mistake in a child (this program again, run with
  * `--child NAME`) and checks how it ended: not with status 0, and with the
@@ -169,6 +171,24 @@ static void child_timer_started_from_other_thread(void) {
   close_and_exit(&loop, shared_wheel);
 }
 
+static void child_timer_init_while_active(void) {
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel;
+  uvtw_timer_t before, timer, after;
+  if (uv_loop_init(&loop) != 0 || uvtw_wheel_new(&loop, NULL, &wheel) != 0)
+    _exit(3);
+  uvtw_timer_init(wheel, &before);
+  uvtw_timer_init(wheel, &timer);
+  uvtw_timer_init(wheel, &after);
+  uvtw_timer_start(&before, on_timer, 10000, 0);
+  uvtw_timer_start(&timer, on_timer, 10000, 0);
+  uvtw_timer_start(&after, on_timer, 10000, 0);
+  uvtw_timer_init(wheel, &timer); /* a struct reused without a stop */
+  uvtw_timer_start(&timer, on_timer, 10000, 0);
+  uvtw_timer_stop(&before); /* its neighbour links to the reused timer's old place */
+  close_and_exit(&loop, wheel);
+}
+
 typedef struct child_s {
   const char *name;
   void (*run)(void);
@@ -183,6 +203,7 @@ static const child_t children[] = {
     CHILD(wheel_closed_after_close_cb),
     CHILD(timer_started_after_wheel_freed),
     CHILD(timer_started_from_other_thread),
+    CHILD(timer_init_while_active),
 };
 
 static int run_child(const char *name) {
@@ -323,6 +344,15 @@ static void test_timer_started_from_other_thread(void) {
 #endif
 }
 
+static void test_timer_init_while_active(void) {
+#if defined(UVTW_CHECKS)
+  expect_diagnosed("timer_init_while_active", "uvtw: an entry's neighbours do not link to it",
+                   NULL);
+#else
+  tap_skip("a release build checks nothing: -Dchecks=true diagnoses it", "timer_init_while_active");
+#endif
+}
+
 int main(int argc, char **argv) {
   self = argv[0];
   if (argc == 3 && strcmp(argv[1], "--child") == 0)
@@ -335,6 +365,7 @@ int main(int argc, char **argv) {
       TAP_CASE(wheel_closed_after_close_cb),
       TAP_CASE(timer_started_after_wheel_freed),
       TAP_CASE(timer_started_from_other_thread),
+      TAP_CASE(timer_init_while_active),
   };
   return tap_run_cases(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

@@ -44,6 +44,7 @@
 #include "http_server.h"
 
 #include "http_metrics.h"
+#include "http_timer.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
@@ -90,68 +91,6 @@ struct http_server_s {
   char read_buffer[64 * 1024]; /* one loop thread: reads are parsed at once */
 };
 
-/* ---- The clock ------------------------------------------------------------ */
-
-/* The time every timeout counts on: the wheel's. That is uv_now(loop) for a
- * wheel on the loop's clock (the program); under a manual clock (the tests)
- * it is the time the test has advanced the wheel to. */
-static uint64_t now_ms(const http_server_t *s) {
-  return uvtw_wheel_now(s->wheel);
-}
-
-/* ---- Connection timers: the one seam between uvtw and uv_timer_t ----------
- * Built with -DUSE_UV_TIMER (http_server_uvtimer) each connection timer is a
- * uv_timer_t instead, for the benchmark's comparison; nothing else differs. */
-
-#ifdef USE_UV_TIMER
-typedef uv_timer_t conn_timer_t;
-#define TIMER_IMPL "uv_timer"
-static void ctimer_init(http_server_t *s, conn_timer_t *t, void *data) {
-  uv_timer_init(s->loop, t);
-  t->data = data;
-}
-static int ctimer_start(conn_timer_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
-  return uv_timer_start(t, cb, ms, 0);
-}
-static void ctimer_stop(conn_timer_t *t) {
-  uv_timer_stop(t);
-}
-static int ctimer_active(const conn_timer_t *t) {
-  return uv_is_active((const uv_handle_t *)t);
-}
-/* Returns how many close callbacks will come for it (0 or 1). */
-static int ctimer_close(conn_timer_t *t, uv_close_cb cb) {
-  uv_close((uv_handle_t *)t, cb);
-  return 1;
-}
-#else
-typedef uvtw_timer_t conn_timer_t;
-#define TIMER_IMPL "uvtw"
-static void ctimer_init(http_server_t *s, conn_timer_t *t, void *data) {
-  uvtw_timer_init(s->wheel, t);
-  t->data = data;
-}
-static int ctimer_start(conn_timer_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
-  return uvtw_timer_start(t, cb, ms, 0);
-}
-static void ctimer_stop(conn_timer_t *t) {
-  uvtw_timer_stop(t);
-}
-static int ctimer_active(const conn_timer_t *t) {
-  return uvtw_timer_is_active(t);
-}
-static int ctimer_close(conn_timer_t *t, uv_close_cb cb) {
-  (void)cb;
-  uvtw_timer_stop(t); /* an inactive uvtw timer holds nothing */
-  return 0;
-}
-#endif
-
-typedef struct timeout_s {
-  conn_timer_t timer;
-  uint64_t deadline; /* now_ms() + timeout at the last start: checks never-early */
-} timeout_t;
-
 /* ---- Connections ------------------------------------------------------------ */
 
 enum conn_state {
@@ -166,12 +105,14 @@ enum conn_state {
 
 typedef struct delay_job_s delay_job_t;
 
+/* sizeof(conn_t), rounded up to where its timers can start. */
+#define CONN_SIZE                                                                                  \
+  ((sizeof(conn_t) + _Alignof(max_align_t) - 1) / _Alignof(max_align_t) * _Alignof(max_align_t))
+
 struct conn_s {
   http_server_t *server;
   uv_tcp_t tcp;
   llhttp_t parser;
-  timeout_t headers_timeout, request_timeout;
-  timeout_t io_timeout;       /* keep-alive (IDLE), send (WRITING, DRAINING), linger */
   struct conn_s *prev, *next; /* all open connections, for shutdown */
   delay_job_t *job;           /* the /delay answer in progress, if any */
   char *pending;              /* bytes received while answering: [pending_off, pending_len) */
@@ -196,7 +137,16 @@ struct conn_s {
   uint16_t error_status; /* an error response decided inside a parser callback */
   uint8_t handles_open;  /* close callbacks still to come; freed at 0 */
   char url[URL_MAX];
+  /* Then its CONN_TIMERS timers, http_timer_size bytes each: conn_timer(). */
 };
+
+/* A connection's timeouts: headersTimeout, requestTimeout, and the one of
+ * its state: keep-alive (IDLE), send (WRITING, DRAINING) or linger. */
+enum { T_HEADERS, T_REQUEST, T_IO, CONN_TIMERS };
+
+static http_timer_t *conn_timer(conn_t *c, int which) {
+  return (http_timer_t *)((char *)c + CONN_SIZE + (size_t)which * http_timer_size);
+}
 
 enum { URL_TRUNCATED = 1, URL_SKIP_AUTHORITY = 2 };
 enum { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
@@ -232,20 +182,15 @@ static void maybe_finish_shutdown(http_server_t *s);
 
 /* ---- Timeouts ------------------------------------------------------------- */
 
-static void timeout_init(conn_t *c, timeout_t *t) {
-  ctimer_init(c->server, &t->timer, c);
-  t->deadline = 0;
-}
-
-/* Arms (or re-arms) the timeout; ms == 0 leaves it disarmed (disabled). */
-static void timeout_start(conn_t *c, timeout_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
+/* Arms (or re-arms) a timeout; ms == 0 leaves it disarmed (disabled). */
+static void timeout_start(conn_t *c, int which, http_timer_cb cb, uint64_t ms) {
   http_server_t *s = c->server;
-  int was_active = ctimer_active(&t->timer);
+  http_timer_t *t = conn_timer(c, which);
+  int was_active = http_timer_active(t);
   int r;
   if (ms == 0)
     return;
-  t->deadline = now_ms(s) + ms;
-  r = ctimer_start(&t->timer, cb, ms);
+  r = http_timer_start(t, cb, ms);
   if (r != 0) {
     fprintf(stderr, "http_server: timer start: %s\n", uv_strerror(r));
     return;
@@ -254,23 +199,22 @@ static void timeout_start(conn_t *c, timeout_t *t, void (*cb)(conn_timer_t *), u
     s->counters.timers_armed_peak = s->counters.timers_armed;
 }
 
-static void timeout_stop(conn_t *c, timeout_t *t) {
-  if (!ctimer_active(&t->timer))
+static void timeout_stop(conn_t *c, int which) {
+  http_timer_t *t = conn_timer(c, which);
+  if (!http_timer_active(t))
     return;
-  ctimer_stop(&t->timer);
+  http_timer_stop(t);
   c->server->counters.timers_armed--;
 }
 
 /* Bookkeeping at the top of every timeout callback (the timer is one-shot,
- * so it is already inactive). */
-static void timeout_fired(conn_t *c, timeout_t *t) {
+ * so it is already inactive). Returns its connection. */
+static conn_t *timeout_fired(http_timer_t *t) {
+  conn_t *c = http_timer_data(t);
   http_server_t *s = c->server;
-  uint64_t now = now_ms(s);
   s->counters.timers_armed--;
-  if (now < t->deadline)
-    s->counters.early_fires++;
-  else if (now - t->deadline > s->counters.late_max_ms)
-    s->counters.late_max_ms = now - t->deadline;
+  http_timer_fired(t, &s->counters.early_fires, &s->counters.late_max_ms);
+  return c;
 }
 
 /* ---- Stats ---------------------------------------------------------------- */
@@ -387,8 +331,8 @@ size_t http_server_format_stats(const http_server_t *s, const http_server_stats_
     if (w_ > 0)                                                                                    \
       n += (size_t)w_;                                                                             \
   } while (0)
-  PUT("timers=%s parser=llhttp-%d.%d.%d", TIMER_IMPL, LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR,
-      LLHTTP_VERSION_PATCH);
+  PUT("timers=%s parser=llhttp-%d.%d.%d", http_timer_name, LLHTTP_VERSION_MAJOR,
+      LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH);
   PUT(" headers_timeout_ms=%" PRIu64 " request_timeout_ms=%" PRIu64
       " keep_alive_timeout_ms=%" PRIu64 " keep_alive_timeout_buffer_ms=%" PRIu64
       " send_timeout_ms=%" PRIu64 " max_loop_delay_ms=%" PRIu64 " retry_after_s=%" PRIu64,
@@ -412,8 +356,8 @@ size_t http_server_format_stats(const http_server_t *s, const http_server_stats_
   PUT(" delay_scheduled=%" PRIu64 " delay_fired=%" PRIu64 " delay_cancelled=%" PRIu64
       " delay_failed=%" PRIu64 " delay_in_flight=%" PRIu64,
       c->delay_scheduled, c->delay_fired, c->delay_cancelled, c->delay_failed, c->delay_in_flight);
-  PUT(" conn_bytes=%zu timer_bytes=%zu rss_kib=%ld", sizeof(conn_t), sizeof(conn_timer_t),
-      rss_kib());
+  PUT(" conn_bytes=%zu timer_bytes=%zu rss_kib=%ld", CONN_SIZE + CONN_TIMERS * http_timer_size,
+      http_timer_size, rss_kib());
   PUT(" wheel_active=%" PRIu64 " wheel_started=%" PRIu64 " wheel_stopped=%" PRIu64
       " wheel_fired=%" PRIu64 " wheel_cascaded=%" PRIu64 " wheel_wakeups=%" PRIu64
       " wheel_wasted_wakeups=%" PRIu64 " wheel_remote_batches=%" PRIu64
@@ -441,9 +385,9 @@ typedef struct write_req_s {
   char data[];
 } write_req_t;
 
-static void on_send_timeout(conn_timer_t *timer);
-static void on_linger_timeout(conn_timer_t *timer);
-static void on_keep_alive_timeout(conn_timer_t *timer);
+static void on_send_timeout(http_timer_t *timer);
+static void on_linger_timeout(http_timer_t *timer);
+static void on_keep_alive_timeout(http_timer_t *timer);
 
 static void on_shutdown(uv_shutdown_t *req, int status) {
   (void)status;
@@ -466,7 +410,7 @@ static void conn_finish(conn_t *c) {
     return;
   }
   c->state = ST_LINGERING;
-  timeout_start(c, &c->io_timeout, on_linger_timeout, LINGER_MS);
+  timeout_start(c, T_IO, on_linger_timeout, LINGER_MS);
   if (!c->reading && conn_read_start(c) != 0)
     conn_close(c, (enum http_close_reason)c->close_reason);
 }
@@ -486,7 +430,7 @@ static void on_write(uv_write_t *req, int status) {
   }
   if (interim)
     return;
-  timeout_stop(c, &c->io_timeout); /* the send timeout */
+  timeout_stop(c, T_IO); /* the send timeout */
   s->counters.requests++;
   if (s->shutting_down)
     s->counters.drain_answered++;
@@ -526,7 +470,7 @@ static int conn_write(conn_t *c, write_req_t *w, size_t len) {
   w->len = len;
   buffered_add(c->server, len);
   if (!w->interim && uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0)
-    timeout_start(c, &c->io_timeout, on_send_timeout, c->server->config.send_timeout);
+    timeout_start(c, T_IO, on_send_timeout, c->server->config.send_timeout);
   return 0;
 }
 
@@ -620,9 +564,9 @@ static void conn_fail(conn_t *c, int status) {
     reason = "Bad Request";
     break;
   }
-  timeout_stop(c, &c->headers_timeout);
-  timeout_stop(c, &c->request_timeout);
-  timeout_stop(c, &c->io_timeout);
+  timeout_stop(c, T_HEADERS);
+  timeout_stop(c, T_REQUEST);
+  timeout_stop(c, T_IO);
   if (status != 408)
     c->close_reason = CLOSE_BAD_REQUEST;
   n = snprintf(body, sizeof body, "%d %s\n", status, reason);
@@ -631,40 +575,35 @@ static void conn_fail(conn_t *c, int status) {
 
 /* ---- Timeout callbacks ---------------------------------------------------- */
 
-static void on_headers_timeout(conn_timer_t *timer) {
-  conn_t *c = timer->data;
+static void on_headers_timeout(http_timer_t *timer) {
+  conn_t *c = timeout_fired(timer);
   http_server_t *s = c->server;
-  timeout_fired(c, &c->headers_timeout);
   s->counters.headers_timeouts++;
   c->close_reason = CLOSE_HEADERS_TIMEOUT;
   conn_fail(c, 408); /* like Node: 408 and close */
 }
 
-static void on_request_timeout(conn_timer_t *timer) {
-  conn_t *c = timer->data;
+static void on_request_timeout(http_timer_t *timer) {
+  conn_t *c = timeout_fired(timer);
   http_server_t *s = c->server;
-  timeout_fired(c, &c->request_timeout);
   s->counters.request_timeouts++;
   c->close_reason = CLOSE_REQUEST_TIMEOUT;
   conn_fail(c, 408);
 }
 
-static void on_keep_alive_timeout(conn_timer_t *timer) {
-  conn_t *c = timer->data;
-  timeout_fired(c, &c->io_timeout);
+static void on_keep_alive_timeout(http_timer_t *timer) {
+  conn_t *c = timeout_fired(timer);
   conn_close(c, CLOSE_KEEPALIVE_TIMEOUT);
 }
 
-static void on_send_timeout(conn_timer_t *timer) {
-  conn_t *c = timer->data;
-  timeout_fired(c, &c->io_timeout);
+static void on_send_timeout(http_timer_t *timer) {
+  conn_t *c = timeout_fired(timer);
   conn_close(c, CLOSE_SEND_TIMEOUT);
 }
 
-static void on_linger_timeout(conn_timer_t *timer) {
-  conn_t *c = timer->data;
+static void on_linger_timeout(http_timer_t *timer) {
+  conn_t *c = timeout_fired(timer);
   http_server_t *s = c->server;
-  timeout_fired(c, &c->io_timeout);
   s->counters.linger_timeouts++;
   conn_close(c, (enum http_close_reason)c->close_reason);
 }
@@ -914,9 +853,9 @@ static int on_message_begin(llhttp_t *p) {
   c->request_started = 1;
   c->shed = (uint8_t)(s->counters.shedding != 0); /* a request begun before is in flight */
   if (c->state == ST_IDLE) {                      /* first byte of the next request */
-    timeout_stop(c, &c->io_timeout);
-    timeout_start(c, &c->headers_timeout, on_headers_timeout, s->config.headers_timeout);
-    timeout_start(c, &c->request_timeout, on_request_timeout, s->config.request_timeout);
+    timeout_stop(c, T_IO);
+    timeout_start(c, T_HEADERS, on_headers_timeout, s->config.headers_timeout);
+    timeout_start(c, T_REQUEST, on_request_timeout, s->config.request_timeout);
     c->state = ST_READING;
   }
   return 0;
@@ -1024,7 +963,7 @@ static int on_headers_complete(llhttp_t *p) {
   conn_t *c = p->data;
   http_server_t *s = c->server;
   int has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
-  timeout_stop(c, &c->headers_timeout);
+  timeout_stop(c, T_HEADERS);
   c->method = p->method;
   /* Upgrade is ignored (RFC 9110 7.8 allows it): the request is answered as
    * HTTP/1.1. A CONNECT is answered 405 once it is complete. */
@@ -1056,7 +995,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len) {
 
 static int on_message_complete(llhttp_t *p) {
   conn_t *c = p->data;
-  timeout_stop(c, &c->request_timeout);
+  timeout_stop(c, T_REQUEST);
   c->keep_alive = (uint8_t)llhttp_should_keep_alive(p);
   c->request_started = 0;
   if (c->url_flags & URL_SKIP_AUTHORITY) { /* "http://host" alone: the root */
@@ -1158,7 +1097,7 @@ static void conn_resume(conn_t *c) {
   int closing = s->shutting_down || c->peer_ended;
   c->state = ST_IDLE;
   if (!closing && s->config.keep_alive_timeout > 0)
-    timeout_start(c, &c->io_timeout, on_keep_alive_timeout,
+    timeout_start(c, T_IO, on_keep_alive_timeout,
                   s->config.keep_alive_timeout + s->config.keep_alive_timeout_buffer);
   while (c->pending_off < c->pending_len && (c->state == ST_IDLE || c->state == ST_READING)) {
     size_t used;
@@ -1251,9 +1190,9 @@ static void conn_close(conn_t *c, enum http_close_reason reason) {
     return;
   c->state = ST_CLOSING;
   s->counters.closed[reason]++;
-  timeout_stop(c, &c->headers_timeout);
-  timeout_stop(c, &c->request_timeout);
-  timeout_stop(c, &c->io_timeout);
+  timeout_stop(c, T_HEADERS);
+  timeout_stop(c, T_REQUEST);
+  timeout_stop(c, T_IO);
   if (c->job != NULL) {
     delay_abandon(c->job);
     c->job = NULL;
@@ -1266,10 +1205,9 @@ static void conn_close(conn_t *c, enum http_close_reason reason) {
   if (c->next != NULL)
     c->next->prev = c->prev;
   c->handles_open = 1;
-  c->handles_open =
-      (uint8_t)(c->handles_open + ctimer_close(&c->headers_timeout.timer, on_handle_closed) +
-                ctimer_close(&c->request_timeout.timer, on_handle_closed) +
-                ctimer_close(&c->io_timeout.timer, on_handle_closed));
+  for (int i = 0; i < CONN_TIMERS; i++)
+    c->handles_open =
+        (uint8_t)(c->handles_open + http_timer_close(conn_timer(c, i), on_handle_closed));
   uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 }
 
@@ -1280,7 +1218,7 @@ static conn_t *conn_alloc(http_server_t *s) {
     s->config.fail_accept_allocs--;
     return NULL;
   }
-  return calloc(1, sizeof(conn_t));
+  return calloc(1, CONN_SIZE + CONN_TIMERS * http_timer_size);
 }
 
 /* Sets up a new connection: taken from the listener (fd < 0), or `fd`,
@@ -1292,9 +1230,8 @@ static void conn_open(http_server_t *s, conn_t *c, int fd) {
   s->counters.accepted++;
   if (++s->counters.open > s->counters.open_peak)
     s->counters.open_peak = s->counters.open;
-  timeout_init(c, &c->headers_timeout);
-  timeout_init(c, &c->request_timeout);
-  timeout_init(c, &c->io_timeout);
+  for (int i = 0; i < CONN_TIMERS; i++)
+    http_timer_init(conn_timer(c, i), s->loop, s->wheel, c);
   llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
   c->parser.data = c;
   c->next = s->connections;
@@ -1316,8 +1253,8 @@ static void conn_open(http_server_t *s, conn_t *c, int fd) {
    * in while a burst was being accepted would otherwise start its timeouts
    * a little before it existed. */
   uv_update_time(s->loop);
-  timeout_start(c, &c->headers_timeout, on_headers_timeout, s->config.headers_timeout);
-  timeout_start(c, &c->request_timeout, on_request_timeout, s->config.request_timeout);
+  timeout_start(c, T_HEADERS, on_headers_timeout, s->config.headers_timeout);
+  timeout_start(c, T_REQUEST, on_request_timeout, s->config.request_timeout);
 }
 
 /* Takes the connection waiting in the listener. Without memory for it, the
@@ -1595,13 +1532,11 @@ int http_server_start(http_server_t **server, uv_loop_t *loop, const http_server
   http_server_t *s;
   int r;
   *server = NULL;
-#ifdef USE_UV_TIMER
-  if (wheel_options != NULL && wheel_options->manual_clock) {
+  if (http_timer_check(wheel_options) != 0) {
     if (config->listen_fd >= 0)
       close(config->listen_fd);
     return UV_ENOTSUP; /* the connection timers would run on the loop's clock */
   }
-#endif
   s = calloc(1, sizeof *s);
   if (s == NULL) {
     r = UV_ENOMEM;

@@ -38,21 +38,20 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <llhttp.h>
 #include <uv.h>
 
 #include "http_server.h"
 
 #include "http_metrics.h"
+#include "http_parse.h"
 #include "http_timer.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* ---- Limits --------------------------------------------------------------- */
 
-#define LINGER_MS 2000     /* lingering close: the longest wait for the client's EOF */
-#define ACCEPT_RETRY_MS 50 /* after a failed allocation at accept */
-#define URL_MAX 64
+#define LINGER_MS 2000          /* lingering close: the longest wait for the client's EOF */
+#define ACCEPT_RETRY_MS 50      /* after a failed allocation at accept */
 #define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
 #define BYTES_MAX (1024 * 1024) /* the largest /bytes?n=N answer */
 #define SPIN_MAX 10000          /* the longest /spin?ms=N, in ms */
@@ -79,6 +78,7 @@ struct http_server_s {
   uv_tcp_t listener;
   uvtw_timer_t accept_retry_timer, grace_timer;
   uvtw_timer_t second_timer; /* copies the wheel's statistics once a second */
+  http_limits_t limits;      /* the config's, for the parser */
   struct sampler_s {
     uvtw_timer_t timer;
     uint64_t due;       /* its deadline, on the wheel's clock */
@@ -112,31 +112,20 @@ typedef struct delay_job_s delay_job_t;
 struct conn_s {
   http_server_t *server;
   uv_tcp_t tcp;
-  llhttp_t parser;
+  http_request_t request;
   struct conn_s *prev, *next; /* all open connections, for shutdown */
   delay_job_t *job;           /* the /delay answer in progress, if any */
   char *pending;              /* bytes received while answering: [pending_off, pending_len) */
   uint32_t pending_len, pending_off;
   uint32_t pending_cap; /* bytes allocated for pending */
-  uint32_t head_bytes;  /* URL, header names and values of the current head */
-  uint32_t header_count;
-  uint32_t body_bytes;
   uint8_t state;
   uint8_t keep_alive; /* the request being answered allows another */
   uint8_t reading;
   uint8_t peer_ended;      /* EOF from the client: answer what it sent, then close */
   uint8_t request_started; /* a byte of the current request has arrived */
   uint8_t shed;            /* its first byte came while the server was shedding */
-  uint8_t method;          /* llhttp_method_t of the current request */
-  uint8_t url_len;
-  uint8_t url_flags;    /* URL_TRUNCATED, URL_SKIP_AUTHORITY */
-  uint8_t expect_field; /* matched length of "expect" in the header name; 0xff: no */
-  uint8_t expect_value; /* matched length of "100-continue" in its value; 0xff: no */
-  uint8_t expect;       /* EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER */
   uint8_t close_reason;
-  uint16_t error_status; /* an error response decided inside a parser callback */
-  uint8_t handles_open;  /* close callbacks still to come; freed at 0 */
-  char url[URL_MAX];
+  uint8_t handles_open; /* close callbacks still to come; freed at 0 */
   /* Then its CONN_TIMERS timers, http_timer_size bytes each: conn_timer(). */
 };
 
@@ -147,9 +136,6 @@ enum { T_HEADERS, T_REQUEST, T_IO, CONN_TIMERS };
 static http_timer_t *conn_timer(conn_t *c, int which) {
   return (http_timer_t *)((char *)c + CONN_SIZE + (size_t)which * http_timer_size);
 }
-
-enum { URL_TRUNCATED = 1, URL_SKIP_AUTHORITY = 2 };
-enum { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
 
 /* A /delay answer: rendered on a worker thread, sent when its task is due.
  * The loop thread owns it. Two things hold it: the thread pool, from
@@ -171,8 +157,6 @@ struct delay_job_s {
   size_t body_len;
   char body[64]; /* written by the worker before uvtw_schedule */
 };
-
-static llhttp_settings_t parser_settings; /* the same for every server: set once */
 
 static void conn_close(conn_t *c, enum http_close_reason reason);
 static void conn_feed(conn_t *c, const char *data, size_t len);
@@ -487,7 +471,7 @@ static void conn_respond_with(conn_t *c, int status, const char *reason, const c
   char conn_header[64];
   size_t cap, n;
   write_req_t *w;
-  int send_body = c->method != HTTP_HEAD;
+  int send_body = c->request.method != HTTP_HEAD;
   /* While shutting down, or after the client's EOF, the answer to the last
    * request received closes the connection. */
   if ((s->shutting_down || c->peer_ended) && c->pending_off == c->pending_len)
@@ -772,14 +756,14 @@ static void metrics(conn_t *c) {
 static void handle_request(conn_t *c) {
   static const char hello[] = "hello\n";
   static const char not_found[] = "not found\n";
-  const char *url = c->url;
-  int get = c->method == HTTP_GET || c->method == HTTP_HEAD;
+  const char *url = c->request.url;
+  int get = c->request.method == HTTP_GET || c->request.method == HTTP_HEAD;
   c->state = ST_HANDLING;
   if (c->shed && !(get && (strcmp(url, "/stats") == 0 || strcmp(url, "/metrics") == 0))) {
     conn_shed(c); /* /stats and /metrics are never refused: they show the lag */
-  } else if (c->method == HTTP_CONNECT) {
+  } else if (c->request.method == HTTP_CONNECT) {
     conn_fail(c, 405); /* not a proxy: an answer and a clean close */
-  } else if (c->url_flags & URL_TRUNCATED) {
+  } else if (c->request.url_flags & HTTP_URL_TRUNCATED) {
     conn_respond(c, 404, "Not Found", not_found, sizeof not_found - 1, 0);
   } else if (get && strcmp(url, "/") == 0) {
     conn_respond(c, 200, "OK", hello, sizeof hello - 1, 0);
@@ -817,140 +801,19 @@ static void handle_request(conn_t *c) {
     conn_respond(c, 200, "OK", body, n, 0);
   } else if (get && strcmp(url, "/metrics") == 0) {
     metrics(c);
-  } else if (c->method == HTTP_POST && strcmp(url, "/upload") == 0) {
+  } else if (c->request.method == HTTP_POST && strcmp(url, "/upload") == 0) {
     char body[64];
-    int n = snprintf(body, sizeof body, "received %" PRIu32 " bytes\n", c->body_bytes);
+    int n = snprintf(body, sizeof body, "received %" PRIu32 " bytes\n", c->request.body_bytes);
     conn_respond(c, 200, "OK", body, (size_t)n, 0);
   } else {
     conn_respond(c, 404, "Not Found", not_found, sizeof not_found - 1, 0);
   }
 }
 
-/* Counts the bytes of the head; beyond the limit the request gets 431. */
-static int head_grow(conn_t *c, size_t len) {
-  http_server_t *s = c->server;
-  c->head_bytes += (uint32_t)(len < UINT32_MAX - c->head_bytes ? len : UINT32_MAX - c->head_bytes);
-  if (c->head_bytes > s->config.max_header_size) {
-    c->error_status = 431;
-    return HPE_USER;
-  }
-  return 0;
-}
-
-static int on_message_begin(llhttp_t *p) {
-  conn_t *c = p->data;
-  http_server_t *s = c->server;
-  c->url_len = 0;
-  c->url[0] = '\0';
-  c->url_flags = 0;
-  c->head_bytes = 0;
-  c->header_count = 0;
-  c->body_bytes = 0;
-  c->expect = EXPECT_NONE;
-  c->expect_field = 0;
-  c->expect_value = 0;
-  c->error_status = 0;
-  c->request_started = 1;
-  c->shed = (uint8_t)(s->counters.shedding != 0); /* a request begun before is in flight */
-  if (c->state == ST_IDLE) {                      /* first byte of the next request */
-    timeout_stop(c, T_IO);
-    timeout_start(c, T_HEADERS, on_headers_timeout, s->config.headers_timeout);
-    timeout_start(c, T_REQUEST, on_request_timeout, s->config.request_timeout);
-    c->state = ST_READING;
-  }
-  return 0;
-}
-
-static int on_method(llhttp_t *p, const char *at, size_t len) {
-  (void)at;
-  return head_grow(p->data, len);
-}
-
-/* Keeps the path (an absolute-form target, "http://host/path", routes by its
- * path); a URL longer than URL_MAX matches no route. */
-static int on_url(llhttp_t *p, const char *at, size_t len) {
-  conn_t *c = p->data;
-  size_t i;
-  for (i = 0; i < len; i++) {
-    char ch = at[i];
-    if (c->url_flags & URL_SKIP_AUTHORITY) {
-      if (ch != '/')
-        continue;
-      c->url_flags &= (uint8_t)~URL_SKIP_AUTHORITY;
-    }
-    if (c->url_len == URL_MAX - 1) {
-      c->url_flags |= URL_TRUNCATED;
-      break;
-    }
-    c->url[c->url_len++] = ch;
-    c->url[c->url_len] = '\0';
-    if ((c->url_len == 7 && strncmp(c->url, "http://", 7) == 0) ||
-        (c->url_len == 8 && strncmp(c->url, "https://", 8) == 0)) {
-      c->url_len = 0;
-      c->url[0] = '\0';
-      c->url_flags |= URL_SKIP_AUTHORITY;
-    }
-  }
-  return head_grow(c, len);
-}
-
-static int on_version(llhttp_t *p, const char *at, size_t len) {
-  (void)at;
-  return head_grow(p->data, len);
-}
-
-/* Matches `s` against `word` incrementally, case-insensitively; *pos is the
- * length matched so far, 0xff once it cannot match. */
-static void match_word(uint8_t *pos, const char *word, const char *s, size_t len) {
-  size_t i, wl = strlen(word);
-  for (i = 0; i < len && *pos != 0xff; i++) {
-    char ch = s[i];
-    if (ch >= 'A' && ch <= 'Z')
-      ch = (char)(ch - 'A' + 'a');
-    if (*pos >= wl || word[*pos] != ch)
-      *pos = 0xff;
-    else
-      (*pos)++;
-  }
-}
-
-static int on_header_field(llhttp_t *p, const char *at, size_t len) {
-  conn_t *c = p->data;
-  match_word(&c->expect_field, "expect", at, len);
-  return head_grow(c, len);
-}
-
-static int on_header_field_complete(llhttp_t *p) {
-  conn_t *c = p->data;
-  http_server_t *s = c->server;
-  if (++c->header_count > s->config.max_headers_count) {
-    c->error_status = 431;
-    return HPE_USER;
-  }
-  return 0;
-}
-
-static int on_header_value(llhttp_t *p, const char *at, size_t len) {
-  conn_t *c = p->data;
-  if (c->expect_field == 6)
-    match_word(&c->expect_value, "100-continue", at, len);
-  return head_grow(c, len);
-}
-
-static int on_header_value_complete(llhttp_t *p) {
-  conn_t *c = p->data;
-  if (c->expect_field == 6)
-    c->expect = c->expect_value == 12 ? EXPECT_CONTINUE : EXPECT_OTHER;
-  c->expect_field = 0;
-  c->expect_value = 0;
-  return 0;
-}
-
 static void send_continue(conn_t *c) {
   static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
   write_req_t *w = malloc(sizeof *w + sizeof line);
   if (w == NULL) {
-    c->error_status = 0;
     conn_close(c, CLOSE_NO_MEMORY);
     return;
   }
@@ -959,83 +822,35 @@ static void send_continue(conn_t *c) {
   conn_write(c, w, sizeof line - 1);
 }
 
-static int on_headers_complete(llhttp_t *p) {
-  conn_t *c = p->data;
+/* Parses what arrived, and acts on what the parser saw: a request's first
+ * byte (its timeouts start if the connection was idle), the end of its head
+ * (100 Continue if the client waits for it), the end of the request. */
+static enum http_parse_result conn_parse(conn_t *c, const char *data, size_t len, size_t *used) {
   http_server_t *s = c->server;
-  int has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
-  timeout_stop(c, T_HEADERS);
-  c->method = p->method;
-  /* Upgrade is ignored (RFC 9110 7.8 allows it): the request is answered as
-   * HTTP/1.1. A CONNECT is answered 405 once it is complete. */
-  p->upgrade = 0;
-  if (c->expect == EXPECT_OTHER) {
-    c->error_status = 417; /* as Node: an expectation it cannot meet */
-    return HPE_USER;
+  http_request_t *r = &c->request;
+  enum http_parse_result result = http_parse(r, data, len, used);
+  if (r->events & HTTP_BEGUN) {
+    c->request_started = 1;
+    c->shed = (uint8_t)(s->counters.shedding != 0); /* a request begun before is in flight */
+    if (c->state == ST_IDLE) {                      /* first byte of the next request */
+      timeout_stop(c, T_IO);
+      timeout_start(c, T_HEADERS, on_headers_timeout, s->config.headers_timeout);
+      timeout_start(c, T_REQUEST, on_request_timeout, s->config.request_timeout);
+      c->state = ST_READING;
+    }
   }
-  if (p->content_length > s->config.max_body_size) {
-    c->error_status = c->expect == EXPECT_CONTINUE ? 417 : 413;
-    return HPE_USER;
+  if (r->events & HTTP_HEAD_DONE) {
+    timeout_stop(c, T_HEADERS);
+    if (r->wants_continue && result != HTTP_PARSE_ERROR)
+      send_continue(c);
   }
-  if (c->expect == EXPECT_CONTINUE && has_body && p->http_major == 1 && p->http_minor >= 1)
-    send_continue(c);
-  return c->state == ST_CLOSING ? HPE_USER : 0;
-}
-
-static int on_body(llhttp_t *p, const char *at, size_t len) {
-  conn_t *c = p->data;
-  http_server_t *s = c->server;
-  (void)at;
-  if (len > s->config.max_body_size - c->body_bytes) {
-    c->error_status = 413;
-    return HPE_USER;
+  if (result == HTTP_PARSE_DONE && c->state != ST_CLOSING) {
+    timeout_stop(c, T_REQUEST);
+    c->keep_alive = r->keep_alive;
+    c->request_started = 0;
+    c->state = ST_HANDLING; /* the rest waits in c->pending */
   }
-  c->body_bytes += (uint32_t)len;
-  return 0;
-}
-
-static int on_message_complete(llhttp_t *p) {
-  conn_t *c = p->data;
-  timeout_stop(c, T_REQUEST);
-  c->keep_alive = (uint8_t)llhttp_should_keep_alive(p);
-  c->request_started = 0;
-  if (c->url_flags & URL_SKIP_AUTHORITY) { /* "http://host" alone: the root */
-    c->url[0] = '/';
-    c->url[1] = '\0';
-    c->url_len = 1;
-  }
-  c->state = ST_HANDLING;
-  return HPE_PAUSED; /* one request at a time: the rest waits in c->pending */
-}
-
-static void parser_setup(void) {
-  llhttp_settings_init(&parser_settings);
-  parser_settings.on_message_begin = on_message_begin;
-  parser_settings.on_method = on_method;
-  parser_settings.on_url = on_url;
-  parser_settings.on_version = on_version;
-  parser_settings.on_header_field = on_header_field;
-  parser_settings.on_header_field_complete = on_header_field_complete;
-  parser_settings.on_header_value = on_header_value;
-  parser_settings.on_header_value_complete = on_header_value_complete;
-  parser_settings.on_headers_complete = on_headers_complete;
-  parser_settings.on_body = on_body;
-  parser_settings.on_message_complete = on_message_complete;
-}
-
-/* Parses up to one complete request. Returns 1 when a request completed
- * (*used: bytes it took), 0 when all bytes were taken, -1 on an error. */
-static int parser_feed(conn_t *c, const char *data, size_t len, size_t *used) {
-  llhttp_errno_t e = llhttp_execute(&c->parser, data, len);
-  if (e == HPE_OK) {
-    *used = len;
-    return 0;
-  }
-  if (e == HPE_PAUSED) {
-    *used = (size_t)(llhttp_get_error_pos(&c->parser) - data);
-    llhttp_resume(&c->parser);
-    return 1;
-  }
-  return -1;
+  return result;
 }
 
 /* Keeps bytes that arrive while a request is answered. */
@@ -1068,20 +883,20 @@ static void conn_keep_pending(conn_t *c, const char *data, size_t len) {
 
 static void conn_feed(conn_t *c, const char *data, size_t len) {
   size_t used;
-  int r;
+  enum http_parse_result r;
   if (c->state != ST_READING && c->state != ST_IDLE) {
     if (c->state == ST_HANDLING || c->state == ST_WRITING)
       conn_keep_pending(c, data, len);
     return; /* DRAINING, LINGERING: discarded */
   }
-  r = parser_feed(c, data, len, &used);
+  r = conn_parse(c, data, len, &used);
   if (c->state == ST_CLOSING)
     return;
-  if (r < 0) {
-    conn_fail(c, c->error_status != 0 ? c->error_status : 400);
+  if (r == HTTP_PARSE_ERROR) {
+    conn_fail(c, c->request.error_status);
     return;
   }
-  if (r == 1) {
+  if (r == HTTP_PARSE_DONE) {
     conn_keep_pending(c, data + used, len - used);
     if (c->state == ST_HANDLING)
       handle_request(c);
@@ -1101,15 +916,16 @@ static void conn_resume(conn_t *c) {
                   s->config.keep_alive_timeout + s->config.keep_alive_timeout_buffer);
   while (c->pending_off < c->pending_len && (c->state == ST_IDLE || c->state == ST_READING)) {
     size_t used;
-    int r = parser_feed(c, c->pending + c->pending_off, c->pending_len - c->pending_off, &used);
+    enum http_parse_result r =
+        conn_parse(c, c->pending + c->pending_off, c->pending_len - c->pending_off, &used);
     if (c->state == ST_CLOSING)
       return;
-    if (r < 0) {
-      conn_fail(c, c->error_status != 0 ? c->error_status : 400);
+    if (r == HTTP_PARSE_ERROR) {
+      conn_fail(c, c->request.error_status);
       break;
     }
     c->pending_off += (uint32_t)used;
-    if (r == 1 && c->state == ST_HANDLING)
+    if (r == HTTP_PARSE_DONE && c->state == ST_HANDLING)
       handle_request(c);
   }
   if (c->state == ST_CLOSING)
@@ -1232,8 +1048,7 @@ static void conn_open(http_server_t *s, conn_t *c, int fd) {
     s->counters.open_peak = s->counters.open;
   for (int i = 0; i < CONN_TIMERS; i++)
     http_timer_init(conn_timer(c, i), s->loop, s->wheel, c);
-  llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
-  c->parser.data = c;
+  http_request_init(&c->request, &s->limits);
   c->next = s->connections;
   if (s->connections != NULL)
     s->connections->prev = c;
@@ -1528,7 +1343,6 @@ static int listen_on(http_server_t *s) {
 
 int http_server_start(http_server_t **server, uv_loop_t *loop, const http_server_config_t *config,
                       const uvtw_options_t *wheel_options) {
-  static uv_once_t parser_once = UV_ONCE_INIT;
   http_server_t *s;
   int r;
   *server = NULL;
@@ -1552,7 +1366,9 @@ int http_server_start(http_server_t **server, uv_loop_t *loop, const http_server
     free(s);
     return r;
   }
-  uv_once(&parser_once, parser_setup);
+  s->limits.max_header_size = config->max_header_size;
+  s->limits.max_headers_count = config->max_headers_count;
+  s->limits.max_body_size = config->max_body_size;
   uvtw_timer_init(s->wheel, &s->accept_retry_timer);
   uvtw_timer_init(s->wheel, &s->grace_timer);
   s->accept_retry_timer.data = s;

@@ -44,6 +44,7 @@
 
 #include "http_metrics.h"
 #include "http_parse.h"
+#include "http_stats.h"
 #include "http_timer.h"
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
@@ -57,13 +58,6 @@
 #define SPIN_MAX 10000          /* the longest /spin?ms=N, in ms */
 #define SAMPLE_MS 10            /* the sampling period, as monitorEventLoopDelay's */
 #define SAMPLERS 32             /* sampling timers, SAMPLE_MS apart: see "Watching the loop" */
-
-static const char *const close_reason_names[CLOSE_REASONS] = {
-    "closed_headers_timeout",   "closed_request_timeout",
-    "closed_keepalive_timeout", "closed_send_timeout",
-    "closed_by_peer",           "closed_not_keepalive",
-    "closed_bad_request",       "closed_no_memory",
-    "closed_shutdown",          "closed_shed"};
 
 /* ---- The server ------------------------------------------------------------- */
 
@@ -203,17 +197,6 @@ static conn_t *timeout_fired(http_timer_t *t) {
 
 /* ---- Stats ---------------------------------------------------------------- */
 
-static long rss_kib(void) {
-  long pages = 0, resident = 0;
-  FILE *f = fopen("/proc/self/statm", "r");
-  if (f == NULL)
-    return -1;
-  if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
-    resident = -1;
-  fclose(f);
-  return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
 void http_server_stats(const http_server_t *s, http_server_stats_t *stats) {
   stats->counters = s->counters;
   if (s->wheel != NULL)
@@ -224,139 +207,16 @@ void http_server_stats(const http_server_t *s, http_server_stats_t *stats) {
   stats->second_end = s->second_end;
 }
 
-static void add_max(uint64_t *sum, uint64_t more) {
-  if (more > *sum)
-    *sum = more;
-}
-
-static void wheel_stats_add(uvtw_stats_t *w, const uvtw_stats_t *mw) {
-  int i;
-  w->active += mw->active;
-  w->started += mw->started;
-  w->stopped += mw->stopped;
-  w->fired += mw->fired;
-  w->cascaded += mw->cascaded;
-  w->wakeups += mw->wakeups;
-  w->wasted_wakeups += mw->wasted_wakeups;
-  w->remote_batches += mw->remote_batches;
-  add_max(&w->late_max_ms, mw->late_max_ms);
-  w->late_total_ms += mw->late_total_ms;
-  for (i = 0; i < UVTW_LATE_BUCKETS; i++)
-    w->late[i] += mw->late[i];
-}
-
-void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *more) {
-  http_server_counters_t *c = &sum->counters;
-  const http_server_counters_t *m = &more->counters;
-  int i;
-  c->accepted += m->accepted;
-  c->open += m->open;
-  c->open_peak += m->open_peak;
-  c->accept_errors += m->accept_errors;
-  c->accept_nomem += m->accept_nomem;
-  c->requests += m->requests;
-  for (i = 0; i < 5; i++)
-    c->responses[i] += m->responses[i];
-  c->received += m->received;
-  c->headers_timeouts += m->headers_timeouts;
-  c->request_timeouts += m->request_timeouts;
-  for (i = 0; i < CLOSE_REASONS; i++)
-    c->closed[i] += m->closed[i];
-  c->linger_timeouts += m->linger_timeouts;
-  c->timers_armed += m->timers_armed;
-  c->timers_armed_peak += m->timers_armed_peak;
-  c->early_fires += m->early_fires;
-  add_max(&c->late_max_ms, m->late_max_ms);
-  c->delay_scheduled += m->delay_scheduled;
-  c->delay_fired += m->delay_fired;
-  c->delay_cancelled += m->delay_cancelled;
-  c->delay_failed += m->delay_failed;
-  c->delay_in_flight += m->delay_in_flight;
-  c->drain_answered += m->drain_answered;
-  c->drain_dropped += m->drain_dropped;
-  c->buffered += m->buffered;
-  c->buffered_peak += m->buffered_peak;
-  c->shed += m->shed;
-  c->shedding += m->shedding;
-  wheel_stats_add(&sum->wheel, &more->wheel);
-  wheel_stats_add(&sum->second_start, &more->second_start);
-  wheel_stats_add(&sum->second_end, &more->second_end);
-}
-
-/* A lateness quantile for /stats: the bucket's upper bound in ms, or "-"
- * when no callback ran in the window. */
-static const char *late_quantile(const uvtw_stats_t *now, const uvtw_stats_t *since, double q,
-                                 char *out, size_t size) {
-  int64_t ms = uvtw_stats_late_quantile(now, since, q);
-  if (ms < 0)
-    return "-";
-  snprintf(out, size, "%" PRId64, ms);
-  return out;
-}
-
 /* One line of key=value pairs (no newline). */
 size_t http_server_format_stats(const http_server_t *s, const http_server_stats_t *stats, char *out,
                                 size_t size) {
   http_server_stats_t own;
-  const http_server_counters_t *c;
-  const uvtw_stats_t *ws;
-  char q[5][24];
-  size_t n = 0;
-  int i;
   if (stats == NULL) {
     http_server_stats(s, &own);
     stats = &own;
   }
-  c = &stats->counters;
-  ws = &stats->wheel;
-#define PUT(...)                                                                                   \
-  do {                                                                                             \
-    int w_ = snprintf(out + n, n < size ? size - n : 0, __VA_ARGS__);                              \
-    if (w_ > 0)                                                                                    \
-      n += (size_t)w_;                                                                             \
-  } while (0)
-  PUT("timers=%s parser=llhttp-%d.%d.%d", http_timer_name, LLHTTP_VERSION_MAJOR,
-      LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH);
-  PUT(" headers_timeout_ms=%" PRIu64 " request_timeout_ms=%" PRIu64
-      " keep_alive_timeout_ms=%" PRIu64 " keep_alive_timeout_buffer_ms=%" PRIu64
-      " send_timeout_ms=%" PRIu64 " max_loop_delay_ms=%" PRIu64 " retry_after_s=%" PRIu64,
-      s->config.headers_timeout, s->config.request_timeout, s->config.keep_alive_timeout,
-      s->config.keep_alive_timeout_buffer, s->config.send_timeout, s->config.max_loop_delay,
-      s->config.retry_after);
-  PUT(" accepted=%" PRIu64 " open=%" PRIu64 " open_peak=%" PRIu64 " accept_errors=%" PRIu64
-      " accept_nomem=%" PRIu64 " requests=%" PRIu64 " shed=%" PRIu64 " shedding=%" PRIu64,
-      c->accepted, c->open, c->open_peak, c->accept_errors, c->accept_nomem, c->requests, c->shed,
-      c->shedding);
-  for (i = 0; i < CLOSE_REASONS; i++)
-    PUT(" %s=%" PRIu64, close_reason_names[i], c->closed[i]);
-  PUT(" received_bytes=%" PRIu64 " headers_timeouts=%" PRIu64 " request_timeouts=%" PRIu64,
-      c->received, c->headers_timeouts, c->request_timeouts);
-  PUT(" linger_timeouts=%" PRIu64 " drain_answered=%" PRIu64 " drain_dropped=%" PRIu64
-      " buffered_bytes=%" PRIu64 " buffered_bytes_peak=%" PRIu64,
-      c->linger_timeouts, c->drain_answered, c->drain_dropped, c->buffered, c->buffered_peak);
-  PUT(" timers_armed=%" PRIu64 " timers_armed_peak=%" PRIu64 " early_fires=%" PRIu64
-      " late_max_ms=%" PRIu64,
-      c->timers_armed, c->timers_armed_peak, c->early_fires, c->late_max_ms);
-  PUT(" delay_scheduled=%" PRIu64 " delay_fired=%" PRIu64 " delay_cancelled=%" PRIu64
-      " delay_failed=%" PRIu64 " delay_in_flight=%" PRIu64,
-      c->delay_scheduled, c->delay_fired, c->delay_cancelled, c->delay_failed, c->delay_in_flight);
-  PUT(" conn_bytes=%zu timer_bytes=%zu rss_kib=%ld", CONN_SIZE + CONN_TIMERS * http_timer_size,
-      http_timer_size, rss_kib());
-  PUT(" wheel_active=%" PRIu64 " wheel_started=%" PRIu64 " wheel_stopped=%" PRIu64
-      " wheel_fired=%" PRIu64 " wheel_cascaded=%" PRIu64 " wheel_wakeups=%" PRIu64
-      " wheel_wasted_wakeups=%" PRIu64 " wheel_remote_batches=%" PRIu64
-      " wheel_late_max_ms=%" PRIu64,
-      ws->active, ws->started, ws->stopped, ws->fired, ws->cascaded, ws->wakeups,
-      ws->wasted_wakeups, ws->remote_batches, ws->late_max_ms);
-  PUT(" wheel_late_1s_p50_ms=%s wheel_late_1s_p99_ms=%s wheel_late_1s_max_ms=%s"
-      " wheel_late_p50_ms=%s wheel_late_p99_ms=%s",
-      late_quantile(&stats->second_end, &stats->second_start, 0.5, q[0], sizeof q[0]),
-      late_quantile(&stats->second_end, &stats->second_start, 0.99, q[1], sizeof q[1]),
-      late_quantile(&stats->second_end, &stats->second_start, 1, q[2], sizeof q[2]),
-      late_quantile(ws, NULL, 0.5, q[3], sizeof q[3]),
-      late_quantile(ws, NULL, 0.99, q[4], sizeof q[4]));
-#undef PUT
-  return n < size ? n : size - 1;
+  return http_stats_format(stats, &s->config, CONN_SIZE + CONN_TIMERS * http_timer_size,
+                           http_timer_size, out, size);
 }
 
 /* ---- Writing responses ---------------------------------------------------- */

@@ -42,6 +42,7 @@
 
 #include "http_server.h"
 
+#include "http_loop_watch.h"
 #include "http_metrics.h"
 #include "http_parse.h"
 #include "http_stats.h"
@@ -56,8 +57,6 @@
 #define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
 #define BYTES_MAX (1024 * 1024) /* the largest /bytes?n=N answer */
 #define SPIN_MAX 10000          /* the longest /spin?ms=N, in ms */
-#define SAMPLE_MS 10            /* the sampling period, as monitorEventLoopDelay's */
-#define SAMPLERS 32             /* sampling timers, SAMPLE_MS apart: see "Watching the loop" */
 
 /* ---- The server ------------------------------------------------------------- */
 
@@ -71,15 +70,10 @@ struct http_server_s {
   uvtw_stats_t wheel_final; /* the wheel's statistics just before it closed */
   uv_tcp_t listener;
   uvtw_timer_t accept_retry_timer, grace_timer;
-  uvtw_timer_t second_timer; /* copies the wheel's statistics once a second */
-  http_limits_t limits;      /* the config's, for the parser */
-  struct sampler_s {
-    uvtw_timer_t timer;
-    uint64_t due;       /* its deadline, on the wheel's clock */
-  } samplers[SAMPLERS]; /* with max_loop_delay or sample_loop: a callback every SAMPLE_MS */
-  uvtw_stats_t second_start, second_end; /* the last completed second: see http_server.h */
-  int accept_waiting;                    /* a connection waits in the listener for memory */
-  conn_t *connections;                   /* list head */
+  http_limits_t limits; /* the config's, for the parser */
+  loop_watch_t watch;   /* the lag: the last completed second, shedding */
+  int accept_waiting;   /* a connection waits in the listener for memory */
+  conn_t *connections;  /* list head */
   int shutting_down, wheel_closing;
   int listening_port;
   char read_buffer[64 * 1024]; /* one loop thread: reads are parsed at once */
@@ -203,8 +197,8 @@ void http_server_stats(const http_server_t *s, http_server_stats_t *stats) {
     uvtw_wheel_stats(s->wheel, &stats->wheel);
   else
     stats->wheel = s->wheel_final;
-  stats->second_start = s->second_start;
-  stats->second_end = s->second_end;
+  stats->second_start = s->watch.second_start;
+  stats->second_end = s->watch.second_end;
 }
 
 /* One line of key=value pairs (no newline). */
@@ -1015,8 +1009,6 @@ static int conn_in_flight(const conn_t *c) {
 }
 
 /* Closes the wheel once no connection and no work item can touch it. */
-static void samplers_stop(http_server_t *s);
-
 static void maybe_finish_shutdown(http_server_t *s) {
   if (!s->shutting_down || s->wheel_closing || s->counters.open > 0 ||
       s->counters.delay_in_flight > 0)
@@ -1024,8 +1016,7 @@ static void maybe_finish_shutdown(http_server_t *s) {
   s->wheel_closing = 1;
   uvtw_timer_stop(&s->grace_timer);
   uvtw_timer_stop(&s->accept_retry_timer);
-  uvtw_timer_stop(&s->second_timer);
-  samplers_stop(s);
+  loop_watch_stop(&s->watch);
   uvtw_wheel_stats(s->wheel, &s->wheel_final);
   uvtw_wheel_close(s->wheel, on_wheel_closed, s);
 }
@@ -1056,8 +1047,7 @@ void http_server_shutdown(http_server_t *s) {
   accept_backlog(s);
   uv_close((uv_handle_t *)&s->listener, NULL);
   uvtw_timer_stop(&s->accept_retry_timer);
-  uvtw_timer_stop(&s->second_timer); /* they watch a server that takes no new requests */
-  samplers_stop(s);
+  loop_watch_stop(&s->watch); /* it watches a server that takes no new requests */
   /* Idle connections close, but not one whose next request has reached
    * the machine and waits unread: it is answered. */
   for (c = s->connections; c != NULL; c = next) {
@@ -1081,74 +1071,6 @@ void http_server_shutdown_now(http_server_t *s) {
   maybe_finish_shutdown(s);
 }
 
-/* ---- Watching the loop, and shedding ------------------------------------------
- * Once a second the server copies its wheel's statistics: the lateness of
- * the callbacks of the last completed second is the difference of the last
- * two copies (uvtw_stats_late_quantile), which /stats shows. With
- * max_loop_delay, the copy also decides whether to shed: while the p99 of
- * the last second is above the limit, new requests get 503 (conn_shed),
- * until a second is back under it. A request is new if its first byte
- * arrives while shedding; one begun before, or already being answered
- * (/delay), is in flight and finishes. GET /stats is always answered. The
- * p99 is a bucket's upper bound, at most a quarter above the true value
- * (uvtw.h, "Lateness").
- *
- * The wheel samples the loop at every callback it runs: a server's request
- * timeouts, when they fall due. Sampling timers keep a measure when none
- * is due, one every SAMPLE_MS, as Node's monitorEventLoopDelay does at its
- * resolution, but with each of the SAMPLERS timers re-armed one round
- * (SAMPLERS * SAMPLE_MS) after its own deadline rather than after it ran:
- * a stall of 300 ms then makes every timer due during it late, by 300,
- * 290, ... ms, so that the histogram holds the stall for as long as it
- * lasted (one sample per SAMPLE_MS, as HdrHistogram's correction for
- * coordinated omission), not as one sample among thousands. They run only
- * when shedding or sampling is on, so that an idle server that does
- * neither wakes once a second only. All these timers are unreferenced:
- * they never keep the loop alive, and stop at shutdown. */
-
-static void on_sample(uvtw_timer_t *timer) {
-  struct sampler_s *sampler = container_of(timer, struct sampler_s, timer);
-  http_server_t *s = timer->data;
-  uint64_t now = uvtw_wheel_now(s->wheel), round = SAMPLERS * SAMPLE_MS;
-  /* The wheel counted how late this ran: that is the sample. */
-  sampler->due = sampler->due + round > now ? sampler->due + round : now;
-  uvtw_timer_start(timer, on_sample, sampler->due - now, 0);
-}
-
-static void samplers_stop(http_server_t *s) {
-  for (int i = 0; i < SAMPLERS; i++)
-    uvtw_timer_stop(&s->samplers[i].timer);
-}
-
-static void on_second(uvtw_timer_t *timer) {
-  http_server_t *s = timer->data;
-  int64_t p99;
-  s->second_start = s->second_end;
-  uvtw_wheel_stats(s->wheel, &s->second_end);
-  if (s->config.max_loop_delay == 0)
-    return;
-  p99 = uvtw_stats_late_quantile(&s->second_end, &s->second_start, 0.99);
-  s->counters.shedding = p99 >= 0 && (uint64_t)p99 > s->config.max_loop_delay;
-}
-
-static void watch_start(http_server_t *s) {
-  uvtw_wheel_stats(s->wheel, &s->second_end);
-  s->second_start = s->second_end; /* an empty window until the first second */
-  uvtw_timer_init(s->wheel, &s->second_timer);
-  s->second_timer.data = s;
-  uvtw_timer_unref(&s->second_timer);
-  uvtw_timer_start(&s->second_timer, on_second, 1000, 1000);
-  for (int i = 0; i < SAMPLERS; i++) {
-    struct sampler_s *sampler = &s->samplers[i];
-    uvtw_timer_init(s->wheel, &sampler->timer);
-    sampler->timer.data = s;
-    uvtw_timer_unref(&sampler->timer);
-    sampler->due = uvtw_wheel_now(s->wheel) + (uint64_t)(i + 1) * SAMPLE_MS;
-    if (s->config.max_loop_delay > 0 || s->config.sample_loop)
-      uvtw_timer_start(&sampler->timer, on_sample, (uint64_t)(i + 1) * SAMPLE_MS, 0);
-  }
-}
-
 /* ---- Starting --------------------------------------------------------------- */
 
 void http_server_config_init(http_server_config_t *c) {
@@ -1162,6 +1084,7 @@ void http_server_config_init(http_server_config_t *c) {
   c->max_header_size = 16384;
   c->max_headers_count = 2000;
   c->max_body_size = 1048576;
+  c->sample_loop = 1;
   c->retry_after = 10;
   c->host = "127.0.0.1";
   c->listen_fd = -1;
@@ -1204,7 +1127,7 @@ static int listen_on(http_server_t *s) {
 int http_server_start(http_server_t **server, uv_loop_t *loop, const http_server_config_t *config,
                       const uvtw_options_t *wheel_options) {
   http_server_t *s;
-  int r;
+  int r, manual;
   *server = NULL;
   if (http_timer_check(wheel_options) != 0) {
     if (config->listen_fd >= 0)
@@ -1233,7 +1156,10 @@ int http_server_start(http_server_t **server, uv_loop_t *loop, const http_server
   uvtw_timer_init(s->wheel, &s->grace_timer);
   s->accept_retry_timer.data = s;
   s->grace_timer.data = s;
-  watch_start(s);
+  manual = wheel_options != NULL && wheel_options->manual_clock;
+  loop_watch_start(&s->watch, s->wheel, config->max_loop_delay,
+                   config->max_loop_delay > 0 || (config->sample_loop && !manual),
+                   &s->counters.shedding);
   signal(SIGPIPE, SIG_IGN); /* a peer that went away is an error code, not a signal */
   uv_tcp_init(loop, &s->listener);
   *server = s;

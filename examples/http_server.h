@@ -34,11 +34,12 @@ typedef struct http_server_config_s {
   uint64_t fail_accept_allocs;        /* fault injection: the first N connections get no memory */
   /* ms; 0 (the default) disables. Once a second the server compares the
    * p99 lateness of its wheel's callbacks in the last second with it, and
-   * while above, answers new requests (all but GET /stats) with 503,
-   * Retry-After and Connection: close. See "Shedding" in http_server.c. */
+   * while above, answers new requests (all but GET /stats and /metrics)
+   * with 503, Retry-After and Connection: close (http_loop_watch.c). */
   uint64_t max_loop_delay;
-  /* Sample the loop every 10 ms (as with max_loop_delay) even when not
-   * shedding, so that GET /metrics shows the lag of a quiet server. */
+  /* 1 (the default): sample the loop every 10 ms, so that /stats and
+   * /metrics show the lag of a quiet server. Ignored on a manual clock,
+   * where time moves only when a test says (max_loop_delay samples still). */
   int sample_loop;
   uint64_t retry_after; /* s; the Retry-After of those 503s */
   const char *host;     /* listen address */

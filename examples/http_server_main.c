@@ -43,8 +43,8 @@ static const char usage_text[] =
     "                              /stats) get 503 with Retry-After and Connection: close until a\n"
     "                              second is back under it (@fastify/under-pressure's\n"
     "                              maxEventLoopDelay, on a p99 rather than a mean)\n"
-    "  --sample-loop               sample the loop every 10 ms even without --max-loop-delay, so\n"
-    "                              that GET /metrics shows the lag of a quiet server\n"
+    "  --no-sample-loop            do not sample the loop every 10 ms (/stats and /metrics then\n"
+    "                              show only the lateness of connection timeouts)\n"
     "  --retry-after S             the Retry-After of those 503s (default 10)\n"
     "  --wheel-tick-ms N           uvtw_options_t.tick_ms of the wheel (default 1)\n"
     "  --fail-accept-allocs N      fault injection: the first N connection allocations fail\n"
@@ -111,8 +111,8 @@ static void parse_args(int argc, char **argv, http_server_config_t *config,
         usage(2);
     } else if (strcmp(a, "--max-loop-delay") == 0)
       config->max_loop_delay = parse_number(v);
-    else if (strcmp(a, "--sample-loop") == 0) {
-      config->sample_loop = 1;
+    else if (strcmp(a, "--no-sample-loop") == 0) {
+      config->sample_loop = 0;
       i--; /* takes no value */
     } else if (strcmp(a, "--retry-after") == 0) {
       config->retry_after = parse_number(v);

@@ -31,7 +31,10 @@ typedef struct http_server_config_s {
   uint64_t max_header_size;           /* bytes; 431 beyond */
   uint64_t max_headers_count;         /* 431 beyond */
   uint64_t max_body_size;             /* bytes, at most UINT32_MAX; 413 beyond */
-  uint64_t fail_accept_allocs;        /* fault injection: the first N connections get no memory */
+  /* Tests and benchmarks only: GET /spin?ms=N (blocks the loop) and GET
+   * /bytes?n=N (large answers) are answered, and fail_accept_allocs holds. */
+  int bench_routes;
+  uint64_t fail_accept_allocs; /* fault injection: the first N connections get no memory */
   /* ms; 0 (the default) disables. Once a second the server compares the
    * p99 lateness of its wheel's callbacks in the last second with it, and
    * while above, answers new requests (all but GET /stats and /metrics)
@@ -72,6 +75,7 @@ enum http_close_reason {
   CLOSE_NO_MEMORY,     /* an allocation failed */
   CLOSE_SHUTDOWN,      /* SIGINT/SIGTERM, http_server_shutdown */
   CLOSE_SHED,          /* a 503 while the loop lags (max_loop_delay) */
+  CLOSE_UNAVAILABLE,   /* another 503: /delay could not be scheduled */
   CLOSE_REASONS
 };
 

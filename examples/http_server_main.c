@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
 #endif
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,10 +48,13 @@ static const char usage_text[] =
     "                              show only the lateness of connection timeouts)\n"
     "  --retry-after S             the Retry-After of those 503s (default 10)\n"
     "  --wheel-tick-ms N           uvtw_options_t.tick_ms of the wheel (default 1)\n"
+    "  --bench-routes              for tests and benchmarks only: answer GET /spin and /bytes,\n"
+    "                              and allow --fail-accept-allocs\n"
     "  --fail-accept-allocs N      fault injection: the first N connection allocations fail\n"
     "0 disables a timeout. Routes: GET|HEAD / (hello), /delay?ms=N (answer after N ms, from\n"
-    "the thread pool via uvtw_schedule), /bytes?n=N (N bytes, N <= 1048576), /spin?ms=N\n"
-    "(blocks the loop N ms, N <= 10000, as a CPU-bound handler does), /stats (counters of\n"
+    "the thread pool via uvtw_schedule), with --bench-routes /bytes?n=N (N bytes, N <= 1048576)\n"
+    "and /spin?ms=N (blocks the loop N ms, N <= 10000, as a CPU-bound handler does), /stats "
+    "(counters of\n"
     "every worker summed, with the lateness p50, p99 and max of the last second and since\n"
     "start, then workers=N and worker_accepted=A,B,...), /metrics (the Prometheus text format:\n"
     "the lateness histogram, counters and gauges, per worker); POST /upload (counts the body).\n"
@@ -118,6 +122,9 @@ static void parse_args(int argc, char **argv, http_server_config_t *config,
       config->retry_after = parse_number(v);
       if (config->retry_after > UINT32_MAX)
         usage(2);
+    } else if (strcmp(a, "--bench-routes") == 0) {
+      config->bench_routes = 1;
+      i--; /* takes no value */
     } else if (strcmp(a, "--fail-accept-allocs") == 0)
       config->fail_accept_allocs = parse_number(v);
     else if (strcmp(a, "--wheel-tick-ms") == 0) {
@@ -141,6 +148,10 @@ static void parse_args(int argc, char **argv, http_server_config_t *config,
       usage(2);
     i += 2;
   }
+  if (config->fail_accept_allocs > 0 && !config->bench_routes) {
+    fputs("http_server: --fail-accept-allocs needs --bench-routes\n", stderr);
+    exit(2);
+  }
 }
 
 /* Best effort: many idle connections need many descriptors. */
@@ -160,5 +171,6 @@ int main(int argc, char **argv) {
   memset(&wheel_options, 0, sizeof wheel_options);
   parse_args(argc, argv, &config, &wheel_options, &workers);
   raise_fd_limit();
+  signal(SIGPIPE, SIG_IGN); /* a client that went away is an error code, not a signal */
   return http_workers_run(&config, &wheel_options, workers);
 }

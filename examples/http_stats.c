@@ -1,5 +1,5 @@
-/* http_stats: summing and formatting the example server's statistics (see
- * http_stats.h, http_server.h).
+/* http_stats: the example server's statistics as GET /stats shows them, and
+ * summed over servers (workers) for the program (see http_server.h).
  *
  * Every field is in one table below, with its /stats key and how the values
  * of several servers combine (most add up; maxima take the largest). The
@@ -11,7 +11,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "http_stats.h"
+#include "http_conn.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -34,69 +34,75 @@ typedef struct field_s {
   enum combine combine;
 } field_t;
 
-#define COUNTER(key, member, combine)                                                              \
-  { key, offsetof(http_server_counters_t, member), combine }
+/* A counter shown under its own name, under another, or taken as a maximum.
+ * Peaks add up (a sum of peaks bounds the process's peak), and `shedding`
+ * counts the servers shedding. */
+#define C(member)                                                                                  \
+  { #member, offsetof(http_server_counters_t, member), SUM }
+#define C_AS(key, member)                                                                          \
+  { key, offsetof(http_server_counters_t, member), SUM }
+#define C_MAX(member)                                                                              \
+  { #member, offsetof(http_server_counters_t, member), MAX }
 
 static const field_t counter_fields[] = {
-    COUNTER("accepted", accepted, SUM),
-    COUNTER("open", open, SUM),
-    COUNTER("open_peak", open_peak, SUM), /* a sum of peaks bounds the process's peak */
-    COUNTER("accept_errors", accept_errors, SUM),
-    COUNTER("accept_nomem", accept_nomem, SUM),
-    COUNTER("requests", requests, SUM),
-    COUNTER("responses_1xx", responses[0], SUM),
-    COUNTER("responses_2xx", responses[1], SUM),
-    COUNTER("responses_3xx", responses[2], SUM),
-    COUNTER("responses_4xx", responses[3], SUM),
-    COUNTER("responses_5xx", responses[4], SUM),
-    COUNTER("shed", shed, SUM),
-    COUNTER("shedding", shedding, SUM), /* the servers shedding */
-    COUNTER("closed_headers_timeout", closed[CLOSE_HEADERS_TIMEOUT], SUM),
-    COUNTER("closed_request_timeout", closed[CLOSE_REQUEST_TIMEOUT], SUM),
-    COUNTER("closed_keepalive_timeout", closed[CLOSE_KEEPALIVE_TIMEOUT], SUM),
-    COUNTER("closed_send_timeout", closed[CLOSE_SEND_TIMEOUT], SUM),
-    COUNTER("closed_by_peer", closed[CLOSE_PEER], SUM),
-    COUNTER("closed_not_keepalive", closed[CLOSE_NOT_KEEPALIVE], SUM),
-    COUNTER("closed_bad_request", closed[CLOSE_BAD_REQUEST], SUM),
-    COUNTER("closed_no_memory", closed[CLOSE_NO_MEMORY], SUM),
-    COUNTER("closed_shutdown", closed[CLOSE_SHUTDOWN], SUM),
-    COUNTER("closed_shed", closed[CLOSE_SHED], SUM),
-    COUNTER("received_bytes", received, SUM),
-    COUNTER("headers_timeouts", headers_timeouts, SUM),
-    COUNTER("request_timeouts", request_timeouts, SUM),
-    COUNTER("linger_timeouts", linger_timeouts, SUM),
-    COUNTER("drain_answered", drain_answered, SUM),
-    COUNTER("drain_dropped", drain_dropped, SUM),
-    COUNTER("buffered_bytes", buffered, SUM),
-    COUNTER("buffered_bytes_peak", buffered_peak, SUM),
-    COUNTER("timers_armed", timers_armed, SUM),
-    COUNTER("timers_armed_peak", timers_armed_peak, SUM),
-    COUNTER("early_fires", early_fires, SUM),
-    COUNTER("late_max_ms", late_max_ms, MAX),
-    COUNTER("delay_scheduled", delay_scheduled, SUM),
-    COUNTER("delay_fired", delay_fired, SUM),
-    COUNTER("delay_cancelled", delay_cancelled, SUM),
-    COUNTER("delay_failed", delay_failed, SUM),
-    COUNTER("delay_in_flight", delay_in_flight, SUM),
-};
+    C(accepted),
+    C(open),
+    C(open_peak),
+    C(accept_errors),
+    C(accept_nomem),
+    C(requests),
+    C_AS("responses_1xx", responses[0]),
+    C_AS("responses_2xx", responses[1]),
+    C_AS("responses_3xx", responses[2]),
+    C_AS("responses_4xx", responses[3]),
+    C_AS("responses_5xx", responses[4]),
+    C(shed),
+    C(shedding),
+    C_AS("closed_headers_timeout", closed[CLOSE_HEADERS_TIMEOUT]),
+    C_AS("closed_request_timeout", closed[CLOSE_REQUEST_TIMEOUT]),
+    C_AS("closed_keepalive_timeout", closed[CLOSE_KEEPALIVE_TIMEOUT]),
+    C_AS("closed_send_timeout", closed[CLOSE_SEND_TIMEOUT]),
+    C_AS("closed_by_peer", closed[CLOSE_PEER]),
+    C_AS("closed_not_keepalive", closed[CLOSE_NOT_KEEPALIVE]),
+    C_AS("closed_bad_request", closed[CLOSE_BAD_REQUEST]),
+    C_AS("closed_no_memory", closed[CLOSE_NO_MEMORY]),
+    C_AS("closed_shutdown", closed[CLOSE_SHUTDOWN]),
+    C_AS("closed_shed", closed[CLOSE_SHED]),
+    C_AS("closed_unavailable", closed[CLOSE_UNAVAILABLE]),
+    C_AS("received_bytes", received),
+    C(headers_timeouts),
+    C(request_timeouts),
+    C(linger_timeouts),
+    C(drain_answered),
+    C(drain_dropped),
+    C_AS("buffered_bytes", buffered),
+    C_AS("buffered_bytes_peak", buffered_peak),
+    C(timers_armed),
+    C(timers_armed_peak),
+    C(early_fires),
+    C_MAX(late_max_ms),
+    C(delay_scheduled),
+    C(delay_fired),
+    C(delay_cancelled),
+    C(delay_failed),
+    C(delay_in_flight)};
 _Static_assert(LENGTH(counter_fields) == WORDS(http_server_counters_t),
                "every counter of http_server_counters_t has its line in counter_fields");
 
-#define WHEEL(key, member, combine)                                                                \
-  { key, offsetof(uvtw_stats_t, member), combine }
+#define W(member)                                                                                  \
+  { "wheel_" #member, offsetof(uvtw_stats_t, member), SUM }
 
 static const field_t wheel_fields[] = {
-    WHEEL("wheel_active", active, SUM),
-    WHEEL("wheel_started", started, SUM),
-    WHEEL("wheel_stopped", stopped, SUM),
-    WHEEL("wheel_fired", fired, SUM),
-    WHEEL("wheel_cascaded", cascaded, SUM),
-    WHEEL("wheel_wakeups", wakeups, SUM),
-    WHEEL("wheel_wasted_wakeups", wasted_wakeups, SUM),
-    WHEEL("wheel_remote_batches", remote_batches, SUM),
-    WHEEL("wheel_late_max_ms", late_max_ms, MAX),
-    WHEEL(NULL, late_total_ms, SUM),
-};
+    W(active),
+    W(started),
+    W(stopped),
+    W(fired),
+    W(cascaded),
+    W(wakeups),
+    W(wasted_wakeups),
+    W(remote_batches),
+    {"wheel_late_max_ms", offsetof(uvtw_stats_t, late_max_ms), MAX},
+    {NULL, offsetof(uvtw_stats_t, late_total_ms), SUM}};
 /* The histogram's buckets add up one by one; the reserved words are 0. */
 _Static_assert(LENGTH(wheel_fields) + UVTW_LATE_BUCKETS + LENGTH(((uvtw_stats_t *)0)->reserved) ==
                    WORDS(uvtw_stats_t),
@@ -176,8 +182,8 @@ static void put_fields(line_t *l, const field_t *fields, size_t count, const voi
       put(l, " %s=%" PRIu64, fields[i].key, value(base, fields[i].offset));
 }
 
-size_t http_stats_format(const http_server_stats_t *stats, const http_server_config_t *config,
-                         size_t conn_bytes, size_t timer_bytes, char *out, size_t size) {
+static size_t stats_format(const http_server_stats_t *stats, const http_server_config_t *config,
+                           size_t conn_bytes, size_t timer_bytes, char *out, size_t size) {
   const uvtw_stats_t *ws = &stats->wheel, *end = &stats->second_end, *start = &stats->second_start;
   line_t l = {out, size, 0};
   char q[5][24];
@@ -202,4 +208,24 @@ size_t http_stats_format(const http_server_stats_t *stats, const http_server_con
       late_quantile(ws, NULL, 0.5, q[3], sizeof q[3]),
       late_quantile(ws, NULL, 0.99, q[4], sizeof q[4]));
   return l.len < size ? l.len : size - 1;
+}
+
+void http_server_stats(const http_server_t *s, http_server_stats_t *stats) {
+  stats->counters = s->counters;
+  if (s->wheel != NULL)
+    uvtw_wheel_stats(s->wheel, &stats->wheel);
+  else
+    stats->wheel = s->wheel_final;
+  stats->second_start = s->watch.second_start;
+  stats->second_end = s->watch.second_end;
+}
+
+size_t http_server_format_stats(const http_server_t *s, const http_server_stats_t *stats, char *out,
+                                size_t size) {
+  http_server_stats_t own;
+  if (stats == NULL) {
+    http_server_stats(s, &own);
+    stats = &own;
+  }
+  return stats_format(stats, &s->config, conn_bytes(), http_timer_size, out, size);
 }

@@ -105,7 +105,7 @@ async function casePromtool(page) {
 }
 
 async function caseShedding() {
-  const s = await t.startServer(exe, ['--max-loop-delay', '50']);
+  const s = await t.startServer(exe, ['--bench-routes', '--max-loop-delay', '50']);
   await t.get(s.port, '/spin?ms=300');
   let shed = null;
   const end = performance.now() + 3000;

@@ -37,7 +37,7 @@ const { get } = t;
 async function nonReaders() {
   const SEND_TIMEOUT = 500;
   const N = 20;
-  const server = await t.startServer(exe, ['--send-timeout', String(SEND_TIMEOUT)]);
+  const server = await t.startServer(exe, ['--bench-routes', '--send-timeout', String(SEND_TIMEOUT)]);
   const before = await t.stats(server);
   // 64 KiB answers fill the client's receive buffer and the server's send
   // buffer after a few hundred requests.
@@ -91,7 +91,7 @@ async function nonReaders() {
 
 async function acceptNoMemory() {
   const FAILS = 40; // 40 retries 50 ms apart: 2 s without memory
-  const server = await t.startServer(exe, ['--fail-accept-allocs', String(FAILS)]);
+  const server = await t.startServer(exe, ['--bench-routes', '--fail-accept-allocs', String(FAILS)]);
   const cpu0 = cpuSeconds(server.proc.pid);
   const first = await get(server.port, '/', 10000);
   const cpu = cpuSeconds(server.proc.pid) - cpu0;
@@ -159,7 +159,7 @@ const LATE_KEYS = ['wheel_late_1s_p50_ms', 'wheel_late_1s_p99_ms', 'wheel_late_1
 
 async function lateness(name, args) {
   const SPIN = 1200;
-  const server = await t.startServer(exe, args);
+  const server = await t.startServer(exe, ['--bench-routes', ...args]);
   const first = await t.stats(server);
   const bad = LATE_KEYS.filter((k) => !isLateness(first[k]));
   t.ok(bad.length === 0, `${name}: /stats has ${LATE_KEYS.join(', ')}, each ms or '-'`,

@@ -30,6 +30,7 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,6 +290,7 @@ static int server_start(const http_server_config_t *config, int manual) {
   int r;
   if (config == NULL) {
     http_server_config_init(&defaults);
+    defaults.bench_routes = 1; /* GET /bytes, for the send timeout */
     config = &defaults;
   }
   memset(&options, 0, sizeof options);
@@ -709,6 +711,7 @@ int main(int argc, char **argv) {
   };
   uint64_t t0 = uv_hrtime();
   int status;
+  signal(SIGPIPE, SIG_IGN); /* as the program: a client gone is an error code */
   uv_loop_init(&loop);
   uv_timer_init(&loop, &watchdog); /* referenced only while a wait runs */
   status = tap_run_cases(argc, argv, cases, sizeof cases / sizeof cases[0]);

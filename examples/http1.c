@@ -1,10 +1,13 @@
-/* http_parse: see http_parse.h. The head's size counts the bytes llhttp
- * hands to the callbacks (method, URL, version, header names and values);
- * the body's, the bytes of on_body. One request at a time: the parser
- * pauses at the end of each, so that the bytes after it wait until the
- * request is answered. */
-#include "http_parse.h"
+/* http1: see http1.h. The head's size counts the bytes llhttp hands to
+ * the callbacks (method, URL, version, header names and values); the
+ * body's, the bytes of on_body. One request at a time: the parser pauses
+ * at the end of each, so that the bytes after it wait until the request is
+ * answered. */
+#include "http1.h"
 
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { URL_SKIP_AUTHORITY = 2 };
@@ -205,4 +208,79 @@ enum http_parse_result http_parse(http_request_t *r, const char *data, size_t le
   if (r->error_status == 0)
     r->error_status = 400;
   return HTTP_PARSE_ERROR;
+}
+
+const char *http_reason(int status) {
+  switch (status) {
+  case 400:
+    return "Bad Request";
+  case 405:
+    return "Method Not Allowed";
+  case 408:
+    return "Request Timeout";
+  case 413:
+    return "Payload Too Large";
+  case 417:
+    return "Expectation Failed";
+  case 431:
+    return "Request Header Fields Too Large";
+  default:
+    return NULL;
+  }
+}
+
+static const char head_format[] = "HTTP/1.1 %d %s\r\n"
+                                  "Content-Type: %s\r\n"
+                                  "Content-Length: %zu\r\n"
+                                  "%sConnection: %s\r\n"
+                                  "%s\r\n";
+
+size_t http_response_size(const char *reason, const char *type, const char *extra,
+                          size_t body_len) {
+  static const char keep_alive[] = "keep-alive", timeout[] = "Keep-Alive: timeout=\r\n";
+  return sizeof head_format + 3 + 20 + strlen(reason) + strlen(type) + strlen(extra) +
+         sizeof keep_alive + sizeof timeout + 20 + body_len;
+}
+
+size_t http_response_format(char *out, size_t size, int status, const char *reason,
+                            const char *type, const char *extra, const char *body, size_t body_len,
+                            int send_body, int close, uint64_t keep_alive_timeout) {
+  char timeout[48] = "";
+  size_t n;
+  if (!close && keep_alive_timeout > 0) /* what a client may count on, as Node says it */
+    snprintf(timeout, sizeof timeout, "Keep-Alive: timeout=%" PRIu64 "\r\n",
+             keep_alive_timeout / 1000);
+  n = (size_t)snprintf(out, size, head_format, status, reason, type, body_len, extra,
+                       close ? "close" : "keep-alive", timeout);
+  if (send_body) {
+    memcpy(out + n, body, body_len);
+    n += body_len;
+  }
+  return n;
+}
+
+int http_pipeline_keep(http_pipeline_t *p, const char *data, size_t len, size_t *grown) {
+  *grown = 0;
+  if (p->off > 0) {
+    memmove(p->data, p->data + p->off, p->len - p->off);
+    p->len -= p->off;
+    p->off = 0;
+  }
+  if (p->len + len > p->cap) {
+    char *more = realloc(p->data, p->len + len);
+    if (more == NULL)
+      return -1;
+    *grown = p->len + len - p->cap;
+    p->cap = (uint32_t)(p->len + len);
+    p->data = more;
+  }
+  memcpy(p->data + p->len, data, len);
+  p->len += (uint32_t)len;
+  return 0;
+}
+
+void http_pipeline_free(http_pipeline_t *p) {
+  free(p->data);
+  p->data = NULL;
+  p->len = p->off = p->cap = 0;
 }

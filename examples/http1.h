@@ -1,10 +1,11 @@
-/* http_parse: the example server's HTTP/1 parsing rules on llhttp (Node's
- * own parser): the limits of a request and the status code each breach
- * gets, Expect: 100-continue, and the path a request is routed by. It knows
- * nothing of sockets or timers: the connection (http_conn.c) feeds it bytes
- * and acts on what it reports. */
-#ifndef UVTW_EXAMPLES_HTTP_PARSE_H
-#define UVTW_EXAMPLES_HTTP_PARSE_H
+/* http1: HTTP/1 on the wire for the example server. Requests are parsed by
+ * llhttp (Node's own parser) under the server's rules: the limits of a
+ * request and the status code each breach gets, Expect: 100-continue, the
+ * path a request is routed by. Responses are written out whole. It knows
+ * nothing of sockets or timers: the connection (http_conn.c) feeds it
+ * bytes, acts on what it reports, and sends what it formats. */
+#ifndef UVTW_EXAMPLES_HTTP1_H
+#define UVTW_EXAMPLES_HTTP1_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -54,5 +55,29 @@ void http_request_init(http_request_t *request, const http_limits_t *limits);
 /* Parses up to the end of one request; *used: the bytes taken. */
 enum http_parse_result http_parse(http_request_t *request, const char *data, size_t len,
                                   size_t *used);
+
+/* The bytes a client pipelined while a request is answered: [off, len) of
+ * data, cap allocated. */
+typedef struct http_pipeline_s {
+  char *data;
+  uint32_t len, off, cap;
+} http_pipeline_t;
+
+/* Appends, dropping what was parsed first; *grown: bytes newly allocated.
+ * Returns 0, or -1 without memory. */
+int http_pipeline_keep(http_pipeline_t *p, const char *data, size_t len, size_t *grown);
+void http_pipeline_free(http_pipeline_t *p); /* gives back p->cap bytes */
+
+/* The reason phrase of an error status the server sends, or NULL. */
+const char *http_reason(int status);
+
+/* Formats a response into `out` (of `size` bytes, enough for the head and
+ * the body: http_response_size): the status line, Content-Type,
+ * Content-Length (body_len, sent or not), the lines in `extra` (each ending
+ * in CRLF), Connection, the body if `send_body`. Returns its length. */
+size_t http_response_size(const char *reason, const char *type, const char *extra, size_t body_len);
+size_t http_response_format(char *out, size_t size, int status, const char *reason,
+                            const char *type, const char *extra, const char *body, size_t body_len,
+                            int send_body, int close, uint64_t keep_alive_timeout);
 
 #endif

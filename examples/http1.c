@@ -1,8 +1,19 @@
-/* http1: see http1.h. The head's size counts the bytes llhttp hands to
- * the callbacks (method, URL, version, header names and values); the
- * body's, the bytes of on_body. One request at a time: the parser pauses
- * at the end of each, so that the bytes after it wait until the request is
- * answered. */
+/* http1: see http1.h.
+ *
+ * Every byte a client sends counts against a limit, as it arrives: the
+ * head's bytes on the wire (request line, header lines with their spaces,
+ * CRLFs, and anything before the request line) against max_header_size,
+ * fed to llhttp no further than one byte past it; a body's data against
+ * max_body_size; its framing (chunk sizes, extensions, CRLFs, trailers)
+ * with the head against max_header_size. One request at a time: the parser
+ * pauses at the end of each head and of each request.
+ *
+ * Framing is strict, so that the server and anything in front of it never
+ * disagree where a request ends (request smuggling): llhttp's strict mode
+ * where the build compiles it (Debian's sources; llhttp 9 is strict by
+ * default), none of its lenient flags, and the server's own checks: no
+ * empty header name, no Transfer-Encoding in HTTP/1.0 (RFC 9112 6.1), one
+ * valid Host in HTTP/1.1 (RFC 9112 3.2). */
 #include "http1.h"
 
 #include <inttypes.h>
@@ -12,19 +23,15 @@
 
 enum { URL_SKIP_AUTHORITY = 2 };
 enum { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
+enum { HOST_OK, HOST_SPACE = 1, HOST_BAD = 2 };
 
 static http_request_t *request_of(llhttp_t *p) {
   return p->data;
 }
 
-/* Counts the bytes of the head; beyond the limit the request gets 431. */
-static int head_grow(http_request_t *r, size_t len) {
-  r->head_bytes += (uint32_t)(len < UINT32_MAX - r->head_bytes ? len : UINT32_MAX - r->head_bytes);
-  if (r->head_bytes > r->limits->max_header_size) {
-    r->error_status = 431;
-    return HPE_USER;
-  }
-  return 0;
+static int fail(http_request_t *r, uint16_t status) {
+  r->error_status = status;
+  return HPE_USER;
 }
 
 static int on_message_begin(llhttp_t *p) {
@@ -32,8 +39,11 @@ static int on_message_begin(llhttp_t *p) {
   r->url_len = 0;
   r->url[0] = '\0';
   r->url_flags = 0;
-  r->head_bytes = 0;
   r->header_count = 0;
+  r->hosts = 0;
+  r->host_field = 0;
+  r->host_value = HOST_OK;
+  r->field_len = 0;
   r->body_bytes = 0;
   r->expect = EXPECT_NONE;
   r->expect_field = 0;
@@ -42,11 +52,6 @@ static int on_message_begin(llhttp_t *p) {
   r->error_status = 0;
   r->events |= HTTP_BEGUN;
   return 0;
-}
-
-static int on_method(llhttp_t *p, const char *at, size_t len) {
-  (void)at;
-  return head_grow(request_of(p), len);
 }
 
 /* Keeps the path (an absolute-form target, "http://host/path", routes by its
@@ -73,12 +78,7 @@ static int on_url(llhttp_t *p, const char *at, size_t len) {
       r->url_flags |= URL_SKIP_AUTHORITY;
     }
   }
-  return head_grow(r, len);
-}
-
-static int on_version(llhttp_t *p, const char *at, size_t len) {
-  (void)at;
-  return head_grow(request_of(p), len);
+  return 0;
 }
 
 /* Matches `s` against `word` incrementally, case-insensitively; *pos is the
@@ -95,28 +95,45 @@ static void match_word(uint8_t *pos, const char *word, size_t word_len, const ch
   }
 }
 
-static const char expect_name[] = "expect", expect_continue[] = "100-continue";
+static const char expect_name[] = "expect", expect_continue[] = "100-continue",
+                  host_name[] = "host";
 
 static int on_header_field(llhttp_t *p, const char *at, size_t len) {
   http_request_t *r = request_of(p);
   match_word(&r->expect_field, expect_name, sizeof expect_name - 1, at, len);
-  return head_grow(r, len);
+  match_word(&r->host_field, host_name, sizeof host_name - 1, at, len);
+  r->field_len += len;
+  return 0;
 }
 
 static int on_header_field_complete(llhttp_t *p) {
   http_request_t *r = request_of(p);
-  if (++r->header_count > r->limits->max_headers_count) {
-    r->error_status = 431;
-    return HPE_USER;
-  }
+  if (++r->header_count > r->limits->max_headers_count)
+    return fail(r, 431);
+  if (r->field_len == 0)
+    return fail(r, 400); /* ": chunked": a name no one agrees on */
+  if (r->host_field == sizeof host_name - 1 && ++r->hosts > 1)
+    return fail(r, 400); /* two Host lines */
   return 0;
+}
+
+/* A Host value: uri-host [ ":" port ], no spaces, no list (RFC 3986). */
+static int host_char(char ch) {
+  static const char allowed[] = "-._~%!$&'()*+,;=:[]";
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         (ch != '\0' && strchr(allowed, ch) != NULL);
 }
 
 static int on_header_value(llhttp_t *p, const char *at, size_t len) {
   http_request_t *r = request_of(p);
   if (r->expect_field == sizeof expect_name - 1)
     match_word(&r->expect_value, expect_continue, sizeof expect_continue - 1, at, len);
-  return head_grow(r, len);
+  for (size_t i = 0; r->host_field == sizeof host_name - 1 && i < len; i++)
+    if (at[i] == ' ' || at[i] == '\t')
+      r->host_value |= HOST_SPACE; /* trailing whitespace is no part of the value */
+    else if (!host_char(at[i]) || (r->host_value & HOST_SPACE))
+      r->host_value |= HOST_BAD;
+  return 0;
 }
 
 static int on_header_value_complete(llhttp_t *p) {
@@ -125,37 +142,35 @@ static int on_header_value_complete(llhttp_t *p) {
     r->expect = r->expect_value == sizeof expect_continue - 1 ? EXPECT_CONTINUE : EXPECT_OTHER;
   r->expect_field = 0;
   r->expect_value = 0;
-  return 0;
+  r->host_field = 0;
+  r->field_len = 0;
+  return r->host_value & HOST_BAD ? fail(r, 400) : 0;
 }
 
 static int on_headers_complete(llhttp_t *p) {
   http_request_t *r = request_of(p);
   int has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
+  int http11 = p->http_major == 1 && p->http_minor >= 1;
   r->events |= HTTP_HEAD_DONE;
   r->method = p->method;
   /* Upgrade is ignored (RFC 9110 7.8 allows it): the request is answered as
    * HTTP/1.1. A CONNECT is answered 405 once it is complete. */
   p->upgrade = 0;
-  if (r->expect == EXPECT_OTHER) {
-    r->error_status = 417; /* as Node: an expectation it cannot meet */
-    return HPE_USER;
-  }
-  if (p->content_length > r->limits->max_body_size) {
-    r->error_status = r->expect == EXPECT_CONTINUE ? 417 : 413;
-    return HPE_USER;
-  }
-  r->wants_continue = (uint8_t)(r->expect == EXPECT_CONTINUE && has_body && p->http_major == 1 &&
-                                p->http_minor >= 1);
-  return 0;
+  if ((http11 && r->hosts != 1) || (!http11 && (p->flags & F_TRANSFER_ENCODING)))
+    return fail(r, 400);
+  if (r->expect == EXPECT_OTHER)
+    return fail(r, 417); /* as Node: an expectation it cannot meet */
+  if (p->content_length > r->limits->max_body_size)
+    return fail(r, r->expect == EXPECT_CONTINUE ? 417 : 413);
+  r->wants_continue = (uint8_t)(r->expect == EXPECT_CONTINUE && has_body && http11);
+  return HPE_PAUSED; /* http_parse counts the head's bytes */
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t len) {
   http_request_t *r = request_of(p);
   (void)at;
-  if (len > r->limits->max_body_size - r->body_bytes) {
-    r->error_status = 413;
-    return HPE_USER;
-  }
+  if (len > r->limits->max_body_size - r->body_bytes)
+    return fail(r, 413);
   r->body_bytes += (uint32_t)len;
   return 0;
 }
@@ -173,9 +188,7 @@ static int on_message_complete(llhttp_t *p) {
 
 static const llhttp_settings_t settings = {
     .on_message_begin = on_message_begin,
-    .on_method = on_method,
     .on_url = on_url,
-    .on_version = on_version,
     .on_header_field = on_header_field,
     .on_header_field_complete = on_header_field_complete,
     .on_header_value = on_header_value,
@@ -192,22 +205,52 @@ void http_request_init(http_request_t *r, const http_limits_t *limits) {
   r->limits = limits;
 }
 
+/* The bytes counted against max_header_size: the head's, then with them a
+ * body's framing (its bytes on the wire that are not data). */
+static uint64_t counted(const http_request_t *r) {
+  return r->head_bytes + (r->head_done ? r->body_wire - r->body_bytes : 0);
+}
+
 enum http_parse_result http_parse(http_request_t *r, const char *data, size_t len, size_t *used) {
-  llhttp_errno_t e;
+  size_t off = 0;
+  int again = 0; /* the head just ended: the request may end with no byte more */
   r->events = 0;
-  e = llhttp_execute(&r->parser, data, len);
-  if (e == HPE_OK) {
-    *used = len;
-    return HTTP_PARSE_MORE;
+  while (off < len || again) {
+    /* In the head, llhttp gets at most one byte past the limit. */
+    uint64_t room = r->limits->max_header_size - counted(r);
+    size_t n = r->head_done || len - off <= room ? len - off : (size_t)room + 1;
+    llhttp_errno_t e;
+    again = 0;
+    e = llhttp_execute(&r->parser, data + off, n);
+    size_t taken = e == HPE_PAUSED ? (size_t)(llhttp_get_error_pos(&r->parser) - (data + off)) : n;
+    if (e != HPE_OK && e != HPE_PAUSED) {
+      if (r->error_status == 0)
+        r->error_status = 400;
+      return HTTP_PARSE_ERROR;
+    }
+    if (r->head_done)
+      r->body_wire += taken;
+    else
+      r->head_bytes += taken;
+    off += taken;
+    if (counted(r) > r->limits->max_header_size) {
+      r->error_status = 431;
+      return HTTP_PARSE_ERROR;
+    }
+    if (e == HPE_PAUSED) {
+      llhttp_resume(&r->parser);
+      if (!r->head_done) { /* the end of the head */
+        r->head_done = again = 1;
+        continue;
+      }
+      *used = off; /* the end of the request */
+      r->head_done = 0;
+      r->head_bytes = r->body_wire = 0;
+      return HTTP_PARSE_DONE;
+    }
   }
-  if (e == HPE_PAUSED) {
-    *used = (size_t)(llhttp_get_error_pos(&r->parser) - data);
-    llhttp_resume(&r->parser);
-    return HTTP_PARSE_DONE;
-  }
-  if (r->error_status == 0)
-    r->error_status = 400;
-  return HTTP_PARSE_ERROR;
+  *used = len;
+  return HTTP_PARSE_MORE;
 }
 
 const char *http_reason(int status) {

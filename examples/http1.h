@@ -15,7 +15,7 @@
 #define HTTP_URL_MAX 64 /* a longer path matches no route */
 
 typedef struct http_limits_s {
-  uint64_t max_header_size;   /* bytes of the head; 431 beyond */
+  uint64_t max_header_size; /* bytes of the head on the wire, and of a body's framing; 431 beyond */
   uint64_t max_headers_count; /* 431 beyond */
   uint64_t max_body_size;     /* bytes, at most UINT32_MAX; 413 beyond (417 with 100-continue) */
 } http_limits_t;
@@ -32,9 +32,11 @@ enum { HTTP_BEGUN = 1, HTTP_HEAD_DONE = 2 };
 typedef struct http_request_s {
   llhttp_t parser;
   const http_limits_t *limits;
-  uint32_t head_bytes; /* of the current head */
+  uint64_t head_bytes; /* of the current head, on the wire */
+  uint64_t body_wire;  /* of the current body, on the wire: data and framing */
+  uint64_t field_len;  /* of the current header name */
   uint32_t header_count;
-  uint32_t body_bytes;
+  uint32_t body_bytes;    /* data */
   uint16_t error_status;  /* with HTTP_PARSE_ERROR: 400, 413, 417 or 431 */
   uint8_t events;         /* HTTP_BEGUN, HTTP_HEAD_DONE: set by http_parse */
   uint8_t method;         /* llhttp_method_t, once the head is done */
@@ -45,6 +47,10 @@ typedef struct http_request_s {
   uint8_t expect_field;   /* matched length of "expect" in the header name; 0xff: no */
   uint8_t expect_value;   /* matched length of "100-continue" in its value; 0xff: no */
   uint8_t expect;         /* none, 100-continue, or another expectation (417) */
+  uint8_t head_done;      /* the head is parsed: the body's bytes follow */
+  uint8_t host_field;     /* matched length of "host" in the header name; 0xff: no */
+  uint8_t hosts;          /* Host lines seen */
+  uint8_t host_value;     /* HOST_SPACE (whitespace seen), HOST_BAD (not a host[:port]) */
   char url[HTTP_URL_MAX]; /* the path and query, an absolute form's authority left out */
 } http_request_t;
 

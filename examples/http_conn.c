@@ -39,6 +39,7 @@ conn_t *conn_alloc(void) {
 }
 
 static void conn_feed(conn_t *c, const char *data, size_t len);
+static void conn_await_answer(conn_t *c);
 static void conn_resume(conn_t *c);
 static int conn_read_start(conn_t *c);
 
@@ -182,9 +183,13 @@ static void on_write(uv_write_t *req, int status) {
 }
 
 /* Queues bytes on the connection; a response that the kernel did not take at
- * once is under the send timeout. Returns 0 or closes the connection. */
+ * once is under the send timeout. A client that leaves more queued than
+ * max_conn_buffered, or any queued while the server holds more than
+ * max_buffered, is cut. Returns 0 or closes the connection. */
 static int conn_write(conn_t *c, write_req_t *w, size_t len) {
+  http_server_t *s = c->server;
   uv_buf_t buf = uv_buf_init(w->data, (unsigned)len);
+  size_t queued;
   int r;
   w->conn = c;
   r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
@@ -194,9 +199,15 @@ static int conn_write(conn_t *c, write_req_t *w, size_t len) {
     return r;
   }
   w->len = len;
-  buffered_add(c->server, len);
-  if (!w->interim && uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0)
-    timeout_start(c, T_IO, on_send_timeout, c->server->config.send_timeout);
+  buffered_add(s, len);
+  queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+  if (queued > s->config.max_conn_buffered ||
+      (queued > 0 && s->counters.buffered > s->config.max_buffered)) {
+    conn_close(c, CLOSE_SLOW_READER); /* uv_close gives the queued writes back */
+    return UV_ENOBUFS;
+  }
+  if (!w->interim && queued > 0)
+    timeout_start(c, T_IO, on_send_timeout, s->config.send_timeout);
   return 0;
 }
 
@@ -369,8 +380,10 @@ static void conn_resume(conn_t *c) {
       break;
     }
     c->pending.off += (uint32_t)used;
-    if (r == HTTP_PARSE_DONE && c->state == ST_HANDLING)
+    if (r == HTTP_PARSE_DONE && c->state == ST_HANDLING) {
       s->handle_request(c);
+      conn_await_answer(c);
+    }
   }
   if (c->state == ST_CLOSING)
     return;
@@ -383,6 +396,14 @@ static void conn_resume(conn_t *c) {
   }
   if (!c->reading && c->pending.len - c->pending.off <= PENDING_MAX && conn_read_start(c) != 0)
     conn_close(c, CLOSE_PEER);
+}
+
+/* After the client's EOF, an answer still being prepared (/delay) must come
+ * within the send timeout: a client that closed cannot be told from one
+ * that half-closed until the server writes, and its work is let go then. */
+static void conn_await_answer(conn_t *c) {
+  if (c->peer_ended && c->state == ST_HANDLING)
+    timeout_start(c, T_IO, on_send_timeout, c->server->config.send_timeout);
 }
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
@@ -404,6 +425,7 @@ static void conn_on_eof(conn_t *c) {
     conn_close(c, CLOSE_PEER);
     break;
   default: /* HANDLING, WRITING, DRAINING: the answers come, then the close */
+    conn_await_answer(c);
     break;
   }
 }

@@ -14,6 +14,7 @@
 #define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
 #endif
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,8 @@
 #include "http_routes.h"
 #include "http_timer.h"
 
-#define ACCEPT_RETRY_MS 50 /* after a failed allocation at accept */
+#define ACCEPT_RETRY_MS 50 /* after a failed allocation at accept, or no descriptor */
+#define FD_BURST_MS 1000   /* running out of descriptors again within this is the same burst */
 
 /* A request has arrived (in part or in full) and has no answer written yet. */
 static int conn_in_flight(const conn_t *c) {
@@ -62,13 +64,42 @@ static conn_t *accept_alloc(http_server_t *s) {
   return conn_alloc();
 }
 
-/* Takes the connection waiting in the listener. Without memory for it, the
- * connection stays in the listener (libuv stops polling it meanwhile, so
- * nothing spins) and the accept is tried again a little later. */
+/* Whether the process has a descriptor left. libuv accepts in a loop and,
+ * out of descriptors, takes and closes what waits in the backlog without a
+ * word; a connection it accepted with the last one is kept waiting in the
+ * listener instead, so that libuv accepts no more until one is free. A
+ * burst of exhaustion is counted and logged once: it ends FD_BURST_MS
+ * after the last time a descriptor was missing. */
+static int descriptor_left(http_server_t *s) {
+  uv_os_fd_t fd;
+  uint64_t now;
+  int probe;
+  if (uv_fileno((uv_handle_t *)&s->listener, &fd) != 0)
+    return 1;
+  probe = dup(fd);
+  if (probe >= 0 || (errno != EMFILE && errno != ENFILE)) {
+    if (probe >= 0)
+      close(probe);
+    return 1;
+  }
+  now = uvtw_wheel_now(s->wheel);
+  if (now >= s->fd_burst_end)
+    fprintf(stderr,
+            "http_server: out of descriptors (%s): accepting paused (fd_exhausted=%" PRIu64 ")\n",
+            strerror(errno), ++s->counters.fd_exhausted);
+  s->fd_burst_end = now + FD_BURST_MS;
+  return 0;
+}
+
+/* Takes the connection waiting in the listener. Without memory or a spare
+ * descriptor for it, the connection stays in the listener (libuv stops
+ * polling it meanwhile, so nothing spins and nothing is dropped) and the
+ * accept is tried again a little later. */
 static void accept_one(http_server_t *s) {
-  conn_t *c = accept_alloc(s);
+  int fds = descriptor_left(s);
+  conn_t *c = fds ? accept_alloc(s) : NULL;
   if (c == NULL) {
-    s->counters.accept_nomem++;
+    s->counters.accept_nomem += (uint64_t)fds;
     s->accept_waiting = 1;
     if (!uvtw_timer_is_active(&s->accept_retry_timer))
       uvtw_timer_start(&s->accept_retry_timer, on_accept_retry, ACCEPT_RETRY_MS, 0);
@@ -200,6 +231,8 @@ void http_server_config_init(http_server_config_t *c) {
   c->max_header_size = 16384;
   c->max_headers_count = 2000;
   c->max_body_size = 1048576;
+  c->max_conn_buffered = 2 * 1048576;
+  c->max_buffered = 64 * 1048576;
   c->sample_loop = 1;
   c->retry_after = 10;
   c->host = "127.0.0.1";

@@ -31,6 +31,8 @@ typedef struct http_server_config_s {
   uint64_t max_header_size;           /* bytes; 431 beyond */
   uint64_t max_headers_count;         /* 431 beyond */
   uint64_t max_body_size;             /* bytes, at most UINT32_MAX; 413 beyond */
+  uint64_t max_conn_buffered;         /* bytes of answers a client leaves unread; cut beyond */
+  uint64_t max_buffered; /* bytes the server holds for all; beyond, a client not reading is cut */
   /* Tests and benchmarks only: GET /spin?ms=N (blocks the loop) and GET
    * /bytes?n=N (large answers) are answered, and fail_accept_allocs holds. */
   int bench_routes;
@@ -76,6 +78,7 @@ enum http_close_reason {
   CLOSE_SHUTDOWN,      /* SIGINT/SIGTERM, http_server_shutdown */
   CLOSE_SHED,          /* a 503 while the loop lags (max_loop_delay) */
   CLOSE_UNAVAILABLE,   /* another 503: /delay could not be scheduled */
+  CLOSE_SLOW_READER,   /* answers queued beyond max_conn_buffered or max_buffered */
   CLOSE_REASONS
 };
 
@@ -83,6 +86,7 @@ enum http_close_reason {
 typedef struct http_server_counters_s {
   uint64_t accepted, open, open_peak;
   uint64_t accept_errors; /* accept failed (EMFILE...): libuv dropped the connection */
+  uint64_t fd_exhausted;  /* times accepting paused for want of descriptors */
   uint64_t accept_nomem;  /* no memory for a connection: accept retried later */
   uint64_t requests;      /* responses written in full */
   uint64_t responses[5];  /* responses queued, by status class 1xx..5xx (not 100 Continue) */

@@ -29,7 +29,8 @@ struct http_server_s {
   /* http_server.c's own: */
   uv_tcp_t listener;
   uvtw_timer_t accept_retry_timer, grace_timer;
-  int accept_waiting; /* a connection waits in the listener for memory */
+  int accept_waiting;    /* a connection waits in the listener for memory or a descriptor */
+  uint64_t fd_burst_end; /* wheel time: out of descriptors after it is a new burst */
   int wheel_closing;
   int listening_port;
   char read_buffer[64 * 1024]; /* one loop thread: reads are parsed at once */

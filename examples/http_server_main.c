@@ -16,7 +16,8 @@
 
 #include "http_workers.h"
 
-static const char usage_text[] =
+/* In parts: a C string literal may be longer than compilers must support. */
+static const char *const usage_text[] = {
     "usage: http_server [options]\n"
     "  --host ADDR                 listen address (default 127.0.0.1)\n"
     "  --port N                    0 picks a free port (default 0); prints 'listening on "
@@ -36,6 +37,10 @@ static const char usage_text[] =
     "  --max-header-size BYTES     Node's --max-http-header-size (default 16384): 431 beyond\n"
     "  --max-headers-count N       Node's maxHeadersCount (default 2000): 431 beyond\n"
     "  --max-body-size BYTES       413 beyond, 417 to 'Expect: 100-continue' (default 1048576)\n"
+    "  --max-conn-buffered BYTES   answers a client may leave unread (default 2097152); beyond,\n"
+    "                              it is cut (closed_slow_reader)\n"
+    "  --max-buffered BYTES        bytes the server holds for all clients (default 67108864);\n"
+    "                              beyond, a client that leaves an answer unread is cut\n"
     "  --shutdown-grace MS         after SIGTERM/SIGINT, time left to in-flight requests\n"
     "                              (default 10000)\n"
     "  --max-loop-delay MS         shed load when the loop lags (default 0: off): once a second\n"
@@ -51,7 +56,8 @@ static const char usage_text[] =
     "  --bench-routes              for tests and benchmarks only: answer GET /spin and /bytes,\n"
     "                              and allow --fail-accept-allocs\n"
     "  --fail-accept-allocs N      fault injection: the first N connection allocations fail\n"
-    "0 disables a timeout. Routes: GET|HEAD / (hello), /delay?ms=N (answer after N ms, from\n"
+    "0 disables a timeout.\n",
+    "Routes: GET|HEAD / (hello), /delay?ms=N (answer after N ms, from\n"
     "the thread pool via uvtw_schedule), with --bench-routes /bytes?n=N (N bytes, N <= 1048576)\n"
     "and /spin?ms=N (blocks the loop N ms, N <= 10000, as a CPU-bound handler does), /stats "
     "(counters of\n"
@@ -67,10 +73,11 @@ static const char usage_text[] =
     "every response it asked for (Node drops them); a client that does not read its responses\n"
     "is closed after --send-timeout (Node keeps it forever); more than maxHeadersCount headers\n"
     "get 431 (Node drops the extra headers); a body above --max-body-size gets 413 (Node has\n"
-    "no limit); the shutdown grace period (Node's server.close() waits without limit).\n";
+    "no limit); the shutdown grace period (Node's server.close() waits without limit).\n"};
 
 static void usage(int status) {
-  fputs(usage_text, status == 0 ? stdout : stderr);
+  for (size_t i = 0; i < sizeof usage_text / sizeof usage_text[0]; i++)
+    fputs(usage_text[i], status == 0 ? stdout : stderr);
   exit(status);
 }
 
@@ -113,7 +120,11 @@ static void parse_args(int argc, char **argv, http_server_config_t *config,
       config->max_body_size = parse_number(v);
       if (config->max_body_size > UINT32_MAX)
         usage(2);
-    } else if (strcmp(a, "--max-loop-delay") == 0)
+    } else if (strcmp(a, "--max-conn-buffered") == 0)
+      config->max_conn_buffered = parse_number(v);
+    else if (strcmp(a, "--max-buffered") == 0)
+      config->max_buffered = parse_number(v);
+    else if (strcmp(a, "--max-loop-delay") == 0)
       config->max_loop_delay = parse_number(v);
     else if (strcmp(a, "--no-sample-loop") == 0) {
       config->sample_loop = 0;

@@ -84,14 +84,88 @@ async function caseBytes(server) {
   }
 }
 
+async function caseGone() {
+  const server = await t.startServer(exe, ['--send-timeout', '500']);
+  const c = await t.connect(server.port);
+  c.sock.write(`GET /delay?ms=3600000 HTTP/1.1\r\n${H}\r\n`);
+  await t.waitStats(server, (st) => st.delay_scheduled === 1, 2000);
+  c.sock.destroy(); // the client leaves
+  const st = await t.waitStats(server, (x) => x.delay_cancelled === 1 && x.open === 1, 3000);
+  t.ok(st.delay_cancelled === 1 && st.open === 1,
+    'gone: a client that left during /delay?ms=3600000 is let go within the send timeout, its task cancelled',
+    `delay_cancelled=${st.delay_cancelled} open=${st.open}`);
+  server.proc.kill('SIGTERM');
+  t.eq((await server.exited).code, 0, 'gone: the server exits 0, nothing left in flight');
+}
+
+async function caseBuffered() {
+  const CAP = 1 << 20;
+  const server = await t.startServer(exe, ['--bench-routes', '--max-buffered', String(CAP)]);
+  const get = `GET /bytes?n=1048576 HTTP/1.1\r\n${H}\r\n`.repeat(16);
+  const clients = [];
+  for (let i = 0; i < 12; i++) {
+    const c = await t.connect(server.port, { timeoutMs: 8000 });
+    c.sock.pause(); // never reads
+    c.sock.write(get);
+    clients.push(c);
+  }
+  const st = await t.waitStats(server, (x) => x.closed_slow_reader > 0, 4000);
+  t.ok(st.closed_slow_reader > 0, `buffered: clients that do not read are cut (${st.closed_slow_reader})`);
+  // Once the answers the kernel took are written: at most the cap, one
+  // answer, and what each client pipelined.
+  await t.sleep(300);
+  const held = (await t.stats(server)).buffered_bytes;
+  const bound = CAP + (1 << 20) + 4096 + clients.length * (128 << 10);
+  t.ok(held <= bound, `buffered: the server holds at most ${bound} bytes for them (${held})`);
+  for (const c of clients) c.sock.destroy();
+  const after = await t.waitStats(server, (x) => x.buffered_bytes === 0, 3000);
+  t.eq(after.buffered_bytes, 0, 'buffered: their memory is given back');
+  server.proc.kill('SIGTERM');
+  await server.exited;
+}
+
+async function caseBench(server) {
+  for (const route of ['/spin?ms=10', '/bytes?n=10']) {
+    const r = await t.get(server.port, route);
+    t.eq(r.status, 404, `bench: ${route} is 404 without --bench-routes`);
+  }
+}
+
+async function caseDescriptors() {
+  const LIMIT = 40;
+  const server = await t.startServer(exe, [], ['sh', '-c', `ulimit -n ${LIMIT} && exec "$0" "$@"`]);
+  const held = [];
+  for (let i = 0; i < 2 * LIMIT; i++) held.push(await t.connect(server.port, { timeoutMs: 8000 }));
+  const late = await t.connect(server.port, { timeoutMs: 8000 });
+  late.sock.write(`GET / HTTP/1.1\r\n${H}Connection: close\r\n\r\n`);
+  await t.sleep(300);
+  t.ok(held.every((c) => c.ended === null), 'fds: connections beyond the descriptors wait, none dropped');
+  for (const c of held) c.sock.destroy();
+  await late.done;
+  const got = t.parseResponses(late.data).responses;
+  t.ok(got.length === 1 && got[0].status === 200, 'fds: a request that waited is answered once descriptors are free');
+  const st = await t.stats(server);
+  t.ok(st.fd_exhausted >= 1, `fds: /stats counts the exhaustion (fd_exhausted=${st.fd_exhausted})`);
+  const m = await t.get(server.port, '/metrics');
+  t.ok(/^http_server_fd_exhausted_total [1-9]/m.test(m.body), 'fds: /metrics shows it (http_server_fd_exhausted_total)');
+  const logged = (server.err.match(/out of descriptors/g) || []).length;
+  t.eq(logged, 1, 'fds: logged once for the burst');
+  server.proc.kill('SIGTERM');
+  await server.exited;
+}
+
 async function main() {
   const want = (name) => only.length === 0 || only.some((o) => name.includes(o));
   const server = await t.startServer(exe, []);
   if (want('smuggling')) await caseSmuggling(server);
   if (want('host')) await caseHost(server);
   if (want('bytes')) await caseBytes(server);
+  if (want('bench')) await caseBench(server);
   server.proc.kill('SIGTERM');
   await server.exited;
+  if (want('gone')) await caseGone();
+  if (want('buffered')) await caseBuffered();
+  if (want('fds')) await caseDescriptors();
 }
 
 t.run(main, 50000);

@@ -13,30 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "http_timer.h"
-
 #define LINGER_MS 2000          /* lingering close: the longest wait for the client's EOF */
 #define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
-
-/* A connection's timeouts: headersTimeout, requestTimeout, and the one of
- * its state: keep-alive (IDLE), send (WRITING, DRAINING) or linger. */
-enum { T_HEADERS, T_REQUEST, T_IO, CONN_TIMERS };
-
-/* sizeof(conn_t), rounded up to where its timers can start. */
-#define CONN_SIZE                                                                                  \
-  ((sizeof(conn_t) + _Alignof(max_align_t) - 1) / _Alignof(max_align_t) * _Alignof(max_align_t))
-
-static http_timer_t *conn_timer(conn_t *c, int which) {
-  return (http_timer_t *)((char *)c + CONN_SIZE + (size_t)which * http_timer_size);
-}
-
-size_t conn_bytes(void) {
-  return CONN_SIZE + CONN_TIMERS * http_timer_size;
-}
-
-conn_t *conn_alloc(void) {
-  return calloc(1, conn_bytes());
-}
 
 static void conn_feed(conn_t *c, const char *data, size_t len);
 static void conn_await_answer(conn_t *c);
@@ -44,46 +22,6 @@ static void conn_resume(conn_t *c);
 static int conn_read_start(conn_t *c);
 
 /* ---- Timeouts ------------------------------------------------------------- */
-
-/* Arms (or re-arms) a timeout; ms == 0 leaves it disarmed (disabled). */
-static void timeout_start(conn_t *c, int which, http_timer_cb cb, uint64_t ms) {
-  http_server_t *s = c->server;
-  http_timer_t *t = conn_timer(c, which);
-  int was_active = http_timer_active(t);
-  int r;
-  if (ms == 0)
-    return;
-  r = http_timer_start(t, cb, ms);
-  if (r != 0) {
-    fprintf(stderr, "http_server: timer start: %s\n", uv_strerror(r));
-    return;
-  }
-  if (!was_active && ++s->counters.timers_armed > s->counters.timers_armed_peak)
-    s->counters.timers_armed_peak = s->counters.timers_armed;
-}
-
-static void timeout_stop(conn_t *c, int which) {
-  http_timer_t *t = conn_timer(c, which);
-  if (!http_timer_active(t))
-    return;
-  http_timer_stop(t);
-  c->server->counters.timers_armed--;
-}
-
-static void timeouts_stop(conn_t *c) {
-  for (int i = 0; i < CONN_TIMERS; i++)
-    timeout_stop(c, i);
-}
-
-/* Bookkeeping at the top of every timeout callback (the timer is one-shot,
- * so it is already inactive). Returns its connection. */
-static conn_t *timeout_fired(http_timer_t *t) {
-  conn_t *c = http_timer_data(t);
-  http_server_t *s = c->server;
-  s->counters.timers_armed--;
-  http_timer_fired(t, &s->counters.early_fires, &s->counters.late_max_ms);
-  return c;
-}
 
 static void on_headers_timeout(http_timer_t *timer) {
   conn_t *c = timeout_fired(timer);
@@ -483,10 +421,7 @@ void conn_close(conn_t *c, enum http_close_reason reason) {
     s->connections = c->next;
   if (c->next != NULL)
     c->next->prev = c->prev;
-  c->handles_open = 1;
-  for (int i = 0; i < CONN_TIMERS; i++)
-    c->handles_open =
-        (uint8_t)(c->handles_open + http_timer_close(conn_timer(c, i), on_handle_closed));
+  c->handles_open = (uint8_t)(1 + timers_close(c, on_handle_closed));
   uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 }
 
@@ -498,8 +433,7 @@ void conn_open(http_server_t *s, conn_t *c, int fd) {
   s->counters.accepted++;
   if (++s->counters.open > s->counters.open_peak)
     s->counters.open_peak = s->counters.open;
-  for (int i = 0; i < CONN_TIMERS; i++)
-    http_timer_init(conn_timer(c, i), s->loop, s->wheel, c);
+  timers_init(c);
   http_request_init(&c->request, &s->limits);
   c->next = s->connections;
   if (s->connections != NULL)

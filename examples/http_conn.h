@@ -20,6 +20,7 @@
 
 #include "http1.h"
 #include "http_server_internal.h"
+#include "http_timer.h"
 
 enum conn_state {
   ST_READING,
@@ -53,6 +54,18 @@ struct conn_s {
 /* A zeroed connection with room for its timers, or NULL; conn_bytes() in all. */
 conn_t *conn_alloc(void);
 size_t conn_bytes(void);
+
+/* Its timers (http_conn_timers.c): headersTimeout, requestTimeout, and the
+ * one of its state: keep-alive (IDLE), send (WRITING, DRAINING) or linger. */
+enum { T_HEADERS, T_REQUEST, T_IO, CONN_TIMERS };
+void timers_init(conn_t *c);
+int timers_close(conn_t *c, uv_close_cb cb); /* returns the close callbacks to come */
+void timeout_start(conn_t *c, int which, http_timer_cb cb, uint64_t ms); /* ms 0: disabled */
+void timeout_stop(conn_t *c, int which);
+void timeouts_stop(conn_t *c);
+/* At the top of every timeout callback (the timer is one-shot, so already
+ * inactive): its bookkeeping. Returns the timer's connection. */
+conn_t *timeout_fired(http_timer_t *timer);
 
 /* Opens `c` on `s`: taken from the listener (fd < 0) or `fd`, taken from its
  * backlog. It reads, under the headers and request timeouts; a complete

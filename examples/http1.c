@@ -163,7 +163,9 @@ static int on_headers_complete(llhttp_t *p) {
   if (p->content_length > r->limits->max_body_size)
     return fail(r, r->expect == EXPECT_CONTINUE ? 417 : 413);
   r->wants_continue = (uint8_t)(r->expect == EXPECT_CONTINUE && has_body && http11);
-  return HPE_PAUSED; /* http_parse counts the head's bytes */
+  /* With a body, a pause, so that http_parse tells the head's bytes from
+   * the body's; without, the request ends here and its bytes are the head. */
+  return has_body ? HPE_PAUSED : 0;
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t len) {
@@ -183,6 +185,7 @@ static int on_message_complete(llhttp_t *p) {
     r->url[1] = '\0';
     r->url_len = 1;
   }
+  r->events |= HTTP_DONE;
   return HPE_PAUSED; /* one request at a time */
 }
 
@@ -239,7 +242,7 @@ enum http_parse_result http_parse(http_request_t *r, const char *data, size_t le
     }
     if (e == HPE_PAUSED) {
       llhttp_resume(&r->parser);
-      if (!r->head_done) { /* the end of the head */
+      if (!(r->events & HTTP_DONE)) { /* the end of a head before a body */
         r->head_done = again = 1;
         continue;
       }

@@ -27,7 +27,7 @@ enum http_parse_result {
 };
 
 /* What happened in the last http_parse call, besides its result. */
-enum { HTTP_BEGUN = 1, HTTP_HEAD_DONE = 2 };
+enum { HTTP_BEGUN = 1, HTTP_HEAD_DONE = 2, HTTP_DONE = 4 };
 
 typedef struct http_request_s {
   llhttp_t parser;
@@ -38,7 +38,7 @@ typedef struct http_request_s {
   uint32_t header_count;
   uint32_t body_bytes;    /* data */
   uint16_t error_status;  /* with HTTP_PARSE_ERROR: 400, 413, 417 or 431 */
-  uint8_t events;         /* HTTP_BEGUN, HTTP_HEAD_DONE: set by http_parse */
+  uint8_t events;         /* HTTP_BEGUN, HTTP_HEAD_DONE, HTTP_DONE: set by http_parse */
   uint8_t method;         /* llhttp_method_t, once the head is done */
   uint8_t keep_alive;     /* once done: the connection may carry another request */
   uint8_t wants_continue; /* once the head is done: send 100 Continue before the body */

@@ -6,14 +6,15 @@
  * fed to llhttp no further than one byte past it; a body's data against
  * max_body_size; its framing (chunk sizes, extensions, CRLFs, trailers)
  * with the head against max_header_size. One request at a time: the parser
- * pauses at the end of each head and of each request.
+ * pauses at the end of each request, and at the end of a head a body
+ * follows, where the head's bytes end.
  *
  * Framing is strict, so that the server and anything in front of it never
  * disagree where a request ends (request smuggling): llhttp's strict mode
  * where the build compiles it (Debian's sources; llhttp 9 is strict by
  * default), none of its lenient flags, and the server's own checks: no
  * empty header name, no Transfer-Encoding in HTTP/1.0 (RFC 9112 6.1), one
- * valid Host in HTTP/1.1 (RFC 9112 3.2). */
+ * valid Host in HTTP/1.1 and at most one in any (RFC 9112 3.2). */
 #include "http1.h"
 
 #include <inttypes.h>

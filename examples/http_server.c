@@ -3,34 +3,19 @@
  * on a uvtw wheel. Run it with --help for the options and how it differs
  * from Node (the usage text is in http_server_main.c).
  *
- * A connection is under a timer in every state:
- *
- *   READING    a request is awaited or arriving: headersTimeout (the head,
- *              the slowloris defence) and requestTimeout (the whole request)
- *   IDLE       between requests: keepAliveTimeout + keepAliveTimeoutBuffer
- *   HANDLING   the answer is being prepared (/delay): the answer's own task
- *   WRITING    the answer is queued because the client does not read: the
- *              send timeout; bytes the client pipelines meanwhile are kept up
- *              to PENDING_MAX, then reading pauses
- *   DRAINING   the last answer is queued: the send timeout
- *   LINGERING  the write side is shut down; what the client still sends is
- *              read and discarded until its EOF or LINGER_MS, so that closing
- *              does not reset the connection before it read the answer
- *
- * Requests on one connection are answered one at a time, in order.
- *
- * The server is a library (http_server.h) whose state is one struct per
- * loop, http_server_t: http_workers.c runs one per thread for the program,
- * and test_http_timeouts.c runs one on a manual clock.
- *
- * Parser: llhttp (Node's own), from Debian's node-llhttp sources. */
+ * This file is the server itself: its configuration, listening, accepting
+ * (retried later without memory; the backlog taken in at shutdown), and
+ * the shutdown. The connection is http_conn.c, the parsing http1.c,
+ * what it answers http_routes.c; examples/README.md ("The server's files")
+ * draws how they call each other. The server is a library (http_server.h)
+ * whose state is one struct per loop: http_workers.c runs one per thread
+ * for the program, and test_http_timeouts.c runs one on a manual clock. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
 #endif
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
-#include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,1295 +23,83 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <llhttp.h>
-#include <uv.h>
+#include "http_conn.h"
+#include "http_routes.h"
+#include "http_timer.h"
 
-#include "http_server.h"
+#define ACCEPT_RETRY_MS 50 /* after a failed allocation at accept, or no descriptor */
+#define FD_BURST_MS 1000   /* running out of descriptors again within this is the same burst */
 
-#include "http_metrics.h"
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
-
-/* ---- Limits --------------------------------------------------------------- */
-
-#define LINGER_MS 2000     /* lingering close: the longest wait for the client's EOF */
-#define ACCEPT_RETRY_MS 50 /* after a failed allocation at accept */
-#define URL_MAX 64
-#define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
-#define BYTES_MAX (1024 * 1024) /* the largest /bytes?n=N answer */
-#define SPIN_MAX 10000          /* the longest /spin?ms=N, in ms */
-#define SAMPLE_MS 10            /* the sampling period, as monitorEventLoopDelay's */
-#define SAMPLERS 32             /* sampling timers, SAMPLE_MS apart: see "Watching the loop" */
-
-static const char *const close_reason_names[CLOSE_REASONS] = {
-    "closed_headers_timeout",   "closed_request_timeout",
-    "closed_keepalive_timeout", "closed_send_timeout",
-    "closed_by_peer",           "closed_not_keepalive",
-    "closed_bad_request",       "closed_no_memory",
-    "closed_shutdown",          "closed_shed"};
-
-/* ---- The server ------------------------------------------------------------- */
-
-typedef struct conn_s conn_t;
-
-struct http_server_s {
-  http_server_config_t config;
-  http_server_counters_t counters;
-  uv_loop_t *loop;
-  uvtw_wheel_t *wheel;      /* NULL once closed */
-  uvtw_stats_t wheel_final; /* the wheel's statistics just before it closed */
-  uv_tcp_t listener;
-  uvtw_timer_t accept_retry_timer, grace_timer;
-  uvtw_timer_t second_timer; /* copies the wheel's statistics once a second */
-  struct sampler_s {
-    uvtw_timer_t timer;
-    uint64_t due;       /* its deadline, on the wheel's clock */
-  } samplers[SAMPLERS]; /* with max_loop_delay or sample_loop: a callback every SAMPLE_MS */
-  uvtw_stats_t second_start, second_end; /* the last completed second: see http_server.h */
-  int accept_waiting;                    /* a connection waits in the listener for memory */
-  conn_t *connections;                   /* list head */
-  int shutting_down, wheel_closing;
-  int listening_port;
-  char read_buffer[64 * 1024]; /* one loop thread: reads are parsed at once */
-};
-
-/* ---- The clock ------------------------------------------------------------ */
-
-/* The time every timeout counts on: the wheel's. That is uv_now(loop) for a
- * wheel on the loop's clock (the program); under a manual clock (the tests)
- * it is the time the test has advanced the wheel to. */
-static uint64_t now_ms(const http_server_t *s) {
-  return uvtw_wheel_now(s->wheel);
-}
-
-/* ---- Connection timers: the one seam between uvtw and uv_timer_t ----------
- * Built with -DUSE_UV_TIMER (http_server_uvtimer) each connection timer is a
- * uv_timer_t instead, for the benchmark's comparison; nothing else differs. */
-
-#ifdef USE_UV_TIMER
-typedef uv_timer_t conn_timer_t;
-#define TIMER_IMPL "uv_timer"
-static void ctimer_init(http_server_t *s, conn_timer_t *t, void *data) {
-  uv_timer_init(s->loop, t);
-  t->data = data;
-}
-static int ctimer_start(conn_timer_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
-  return uv_timer_start(t, cb, ms, 0);
-}
-static void ctimer_stop(conn_timer_t *t) {
-  uv_timer_stop(t);
-}
-static int ctimer_active(const conn_timer_t *t) {
-  return uv_is_active((const uv_handle_t *)t);
-}
-/* Returns how many close callbacks will come for it (0 or 1). */
-static int ctimer_close(conn_timer_t *t, uv_close_cb cb) {
-  uv_close((uv_handle_t *)t, cb);
-  return 1;
-}
-#else
-typedef uvtw_timer_t conn_timer_t;
-#define TIMER_IMPL "uvtw"
-static void ctimer_init(http_server_t *s, conn_timer_t *t, void *data) {
-  uvtw_timer_init(s->wheel, t);
-  t->data = data;
-}
-static int ctimer_start(conn_timer_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
-  return uvtw_timer_start(t, cb, ms, 0);
-}
-static void ctimer_stop(conn_timer_t *t) {
-  uvtw_timer_stop(t);
-}
-static int ctimer_active(const conn_timer_t *t) {
-  return uvtw_timer_is_active(t);
-}
-static int ctimer_close(conn_timer_t *t, uv_close_cb cb) {
-  (void)cb;
-  uvtw_timer_stop(t); /* an inactive uvtw timer holds nothing */
-  return 0;
-}
-#endif
-
-typedef struct timeout_s {
-  conn_timer_t timer;
-  uint64_t deadline; /* now_ms() + timeout at the last start: checks never-early */
-} timeout_t;
-
-/* ---- Connections ------------------------------------------------------------ */
-
-enum conn_state {
-  ST_READING,
-  ST_IDLE,
-  ST_HANDLING,
-  ST_WRITING,
-  ST_DRAINING,
-  ST_LINGERING,
-  ST_CLOSING
-};
-
-typedef struct delay_job_s delay_job_t;
-
-struct conn_s {
-  http_server_t *server;
-  uv_tcp_t tcp;
-  llhttp_t parser;
-  timeout_t headers_timeout, request_timeout;
-  timeout_t io_timeout;       /* keep-alive (IDLE), send (WRITING, DRAINING), linger */
-  struct conn_s *prev, *next; /* all open connections, for shutdown */
-  delay_job_t *job;           /* the /delay answer in progress, if any */
-  char *pending;              /* bytes received while answering: [pending_off, pending_len) */
-  uint32_t pending_len, pending_off;
-  uint32_t pending_cap; /* bytes allocated for pending */
-  uint32_t head_bytes;  /* URL, header names and values of the current head */
-  uint32_t header_count;
-  uint32_t body_bytes;
-  uint8_t state;
-  uint8_t keep_alive; /* the request being answered allows another */
-  uint8_t reading;
-  uint8_t peer_ended;      /* EOF from the client: answer what it sent, then close */
-  uint8_t request_started; /* a byte of the current request has arrived */
-  uint8_t shed;            /* its first byte came while the server was shedding */
-  uint8_t method;          /* llhttp_method_t of the current request */
-  uint8_t url_len;
-  uint8_t url_flags;    /* URL_TRUNCATED, URL_SKIP_AUTHORITY */
-  uint8_t expect_field; /* matched length of "expect" in the header name; 0xff: no */
-  uint8_t expect_value; /* matched length of "100-continue" in its value; 0xff: no */
-  uint8_t expect;       /* EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER */
-  uint8_t close_reason;
-  uint16_t error_status; /* an error response decided inside a parser callback */
-  uint8_t handles_open;  /* close callbacks still to come; freed at 0 */
-  char url[URL_MAX];
-};
-
-enum { URL_TRUNCATED = 1, URL_SKIP_AUTHORITY = 2 };
-enum { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
-
-/* A /delay answer: rendered on a worker thread, sent when its task is due.
- * The loop thread owns it. Two things hold it: the thread pool, from
- * delay_start until delay_after_work, and the wheel, from delay_start until
- * the answer's task has run, or its cancel has won, or it is known never to
- * have been scheduled. delay_drop gives back one hold; the last frees the
- * job, in the one place that does. */
-struct delay_job_s {
-  uv_work_t work;
-  http_server_t *server;    /* loop thread only */
-  uvtw_wheel_t *wheel;      /* the server's: the worker schedules the answer on it */
-  conn_t *conn;             /* loop thread only; NULL once answered or the connection closed */
-  uint64_t delay_ms;        /* set before queueing; read by the worker */
-  uint64_t requested_ns;    /* uv_hrtime() when the request was complete */
-  uvtw_ticket_t *scheduled; /* written by the worker; the loop reads it in delay_after_work */
-  int schedule_status;      /* likewise */
-  uvtw_ticket_t *ticket;    /* loop thread: `scheduled`, once delay_after_work has run */
-  int holds;                /* loop thread: 2, 1, then freed */
-  size_t body_len;
-  char body[64]; /* written by the worker before uvtw_schedule */
-};
-
-static llhttp_settings_t parser_settings; /* the same for every server: set once */
-
-static void conn_close(conn_t *c, enum http_close_reason reason);
-static void conn_feed(conn_t *c, const char *data, size_t len);
-static void conn_resume(conn_t *c);
-static int conn_read_start(conn_t *c);
-static void maybe_finish_shutdown(http_server_t *s);
-
-/* ---- Timeouts ------------------------------------------------------------- */
-
-static void timeout_init(conn_t *c, timeout_t *t) {
-  ctimer_init(c->server, &t->timer, c);
-  t->deadline = 0;
-}
-
-/* Arms (or re-arms) the timeout; ms == 0 leaves it disarmed (disabled). */
-static void timeout_start(conn_t *c, timeout_t *t, void (*cb)(conn_timer_t *), uint64_t ms) {
-  http_server_t *s = c->server;
-  int was_active = ctimer_active(&t->timer);
-  int r;
-  if (ms == 0)
-    return;
-  t->deadline = now_ms(s) + ms;
-  r = ctimer_start(&t->timer, cb, ms);
-  if (r != 0) {
-    fprintf(stderr, "http_server: timer start: %s\n", uv_strerror(r));
-    return;
-  }
-  if (!was_active && ++s->counters.timers_armed > s->counters.timers_armed_peak)
-    s->counters.timers_armed_peak = s->counters.timers_armed;
-}
-
-static void timeout_stop(conn_t *c, timeout_t *t) {
-  if (!ctimer_active(&t->timer))
-    return;
-  ctimer_stop(&t->timer);
-  c->server->counters.timers_armed--;
-}
-
-/* Bookkeeping at the top of every timeout callback (the timer is one-shot,
- * so it is already inactive). */
-static void timeout_fired(conn_t *c, timeout_t *t) {
-  http_server_t *s = c->server;
-  uint64_t now = now_ms(s);
-  s->counters.timers_armed--;
-  if (now < t->deadline)
-    s->counters.early_fires++;
-  else if (now - t->deadline > s->counters.late_max_ms)
-    s->counters.late_max_ms = now - t->deadline;
-}
-
-/* ---- Stats ---------------------------------------------------------------- */
-
-static long rss_kib(void) {
-  long pages = 0, resident = 0;
-  FILE *f = fopen("/proc/self/statm", "r");
-  if (f == NULL)
-    return -1;
-  if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
-    resident = -1;
-  fclose(f);
-  return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-void http_server_stats(const http_server_t *s, http_server_stats_t *stats) {
-  stats->counters = s->counters;
-  if (s->wheel != NULL)
-    uvtw_wheel_stats(s->wheel, &stats->wheel);
-  else
-    stats->wheel = s->wheel_final;
-  stats->second_start = s->second_start;
-  stats->second_end = s->second_end;
-}
-
-static void add_max(uint64_t *sum, uint64_t more) {
-  if (more > *sum)
-    *sum = more;
-}
-
-static void wheel_stats_add(uvtw_stats_t *w, const uvtw_stats_t *mw) {
-  int i;
-  w->active += mw->active;
-  w->started += mw->started;
-  w->stopped += mw->stopped;
-  w->fired += mw->fired;
-  w->cascaded += mw->cascaded;
-  w->wakeups += mw->wakeups;
-  w->wasted_wakeups += mw->wasted_wakeups;
-  w->remote_batches += mw->remote_batches;
-  add_max(&w->late_max_ms, mw->late_max_ms);
-  w->late_total_ms += mw->late_total_ms;
-  for (i = 0; i < UVTW_LATE_BUCKETS; i++)
-    w->late[i] += mw->late[i];
-}
-
-void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *more) {
-  http_server_counters_t *c = &sum->counters;
-  const http_server_counters_t *m = &more->counters;
-  int i;
-  c->accepted += m->accepted;
-  c->open += m->open;
-  c->open_peak += m->open_peak;
-  c->accept_errors += m->accept_errors;
-  c->accept_nomem += m->accept_nomem;
-  c->requests += m->requests;
-  for (i = 0; i < 5; i++)
-    c->responses[i] += m->responses[i];
-  c->received += m->received;
-  c->headers_timeouts += m->headers_timeouts;
-  c->request_timeouts += m->request_timeouts;
-  for (i = 0; i < CLOSE_REASONS; i++)
-    c->closed[i] += m->closed[i];
-  c->linger_timeouts += m->linger_timeouts;
-  c->timers_armed += m->timers_armed;
-  c->timers_armed_peak += m->timers_armed_peak;
-  c->early_fires += m->early_fires;
-  add_max(&c->late_max_ms, m->late_max_ms);
-  c->delay_scheduled += m->delay_scheduled;
-  c->delay_fired += m->delay_fired;
-  c->delay_cancelled += m->delay_cancelled;
-  c->delay_failed += m->delay_failed;
-  c->delay_in_flight += m->delay_in_flight;
-  c->drain_answered += m->drain_answered;
-  c->drain_dropped += m->drain_dropped;
-  c->buffered += m->buffered;
-  c->buffered_peak += m->buffered_peak;
-  c->shed += m->shed;
-  c->shedding += m->shedding;
-  wheel_stats_add(&sum->wheel, &more->wheel);
-  wheel_stats_add(&sum->second_start, &more->second_start);
-  wheel_stats_add(&sum->second_end, &more->second_end);
-}
-
-/* A lateness quantile for /stats: the bucket's upper bound in ms, or "-"
- * when no callback ran in the window. */
-static const char *late_quantile(const uvtw_stats_t *now, const uvtw_stats_t *since, double q,
-                                 char *out, size_t size) {
-  int64_t ms = uvtw_stats_late_quantile(now, since, q);
-  if (ms < 0)
-    return "-";
-  snprintf(out, size, "%" PRId64, ms);
-  return out;
-}
-
-/* One line of key=value pairs (no newline). */
-size_t http_server_format_stats(const http_server_t *s, const http_server_stats_t *stats, char *out,
-                                size_t size) {
-  http_server_stats_t own;
-  const http_server_counters_t *c;
-  const uvtw_stats_t *ws;
-  char q[5][24];
-  size_t n = 0;
-  int i;
-  if (stats == NULL) {
-    http_server_stats(s, &own);
-    stats = &own;
-  }
-  c = &stats->counters;
-  ws = &stats->wheel;
-#define PUT(...)                                                                                   \
-  do {                                                                                             \
-    int w_ = snprintf(out + n, n < size ? size - n : 0, __VA_ARGS__);                              \
-    if (w_ > 0)                                                                                    \
-      n += (size_t)w_;                                                                             \
-  } while (0)
-  PUT("timers=%s parser=llhttp-%d.%d.%d", TIMER_IMPL, LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR,
-      LLHTTP_VERSION_PATCH);
-  PUT(" headers_timeout_ms=%" PRIu64 " request_timeout_ms=%" PRIu64
-      " keep_alive_timeout_ms=%" PRIu64 " keep_alive_timeout_buffer_ms=%" PRIu64
-      " send_timeout_ms=%" PRIu64 " max_loop_delay_ms=%" PRIu64 " retry_after_s=%" PRIu64,
-      s->config.headers_timeout, s->config.request_timeout, s->config.keep_alive_timeout,
-      s->config.keep_alive_timeout_buffer, s->config.send_timeout, s->config.max_loop_delay,
-      s->config.retry_after);
-  PUT(" accepted=%" PRIu64 " open=%" PRIu64 " open_peak=%" PRIu64 " accept_errors=%" PRIu64
-      " accept_nomem=%" PRIu64 " requests=%" PRIu64 " shed=%" PRIu64 " shedding=%" PRIu64,
-      c->accepted, c->open, c->open_peak, c->accept_errors, c->accept_nomem, c->requests, c->shed,
-      c->shedding);
-  for (i = 0; i < CLOSE_REASONS; i++)
-    PUT(" %s=%" PRIu64, close_reason_names[i], c->closed[i]);
-  PUT(" received_bytes=%" PRIu64 " headers_timeouts=%" PRIu64 " request_timeouts=%" PRIu64,
-      c->received, c->headers_timeouts, c->request_timeouts);
-  PUT(" linger_timeouts=%" PRIu64 " drain_answered=%" PRIu64 " drain_dropped=%" PRIu64
-      " buffered_bytes=%" PRIu64 " buffered_bytes_peak=%" PRIu64,
-      c->linger_timeouts, c->drain_answered, c->drain_dropped, c->buffered, c->buffered_peak);
-  PUT(" timers_armed=%" PRIu64 " timers_armed_peak=%" PRIu64 " early_fires=%" PRIu64
-      " late_max_ms=%" PRIu64,
-      c->timers_armed, c->timers_armed_peak, c->early_fires, c->late_max_ms);
-  PUT(" delay_scheduled=%" PRIu64 " delay_fired=%" PRIu64 " delay_cancelled=%" PRIu64
-      " delay_failed=%" PRIu64 " delay_in_flight=%" PRIu64,
-      c->delay_scheduled, c->delay_fired, c->delay_cancelled, c->delay_failed, c->delay_in_flight);
-  PUT(" conn_bytes=%zu timer_bytes=%zu rss_kib=%ld", sizeof(conn_t), sizeof(conn_timer_t),
-      rss_kib());
-  PUT(" wheel_active=%" PRIu64 " wheel_started=%" PRIu64 " wheel_stopped=%" PRIu64
-      " wheel_fired=%" PRIu64 " wheel_cascaded=%" PRIu64 " wheel_wakeups=%" PRIu64
-      " wheel_wasted_wakeups=%" PRIu64 " wheel_remote_batches=%" PRIu64
-      " wheel_late_max_ms=%" PRIu64,
-      ws->active, ws->started, ws->stopped, ws->fired, ws->cascaded, ws->wakeups,
-      ws->wasted_wakeups, ws->remote_batches, ws->late_max_ms);
-  PUT(" wheel_late_1s_p50_ms=%s wheel_late_1s_p99_ms=%s wheel_late_1s_max_ms=%s"
-      " wheel_late_p50_ms=%s wheel_late_p99_ms=%s",
-      late_quantile(&stats->second_end, &stats->second_start, 0.5, q[0], sizeof q[0]),
-      late_quantile(&stats->second_end, &stats->second_start, 0.99, q[1], sizeof q[1]),
-      late_quantile(&stats->second_end, &stats->second_start, 1, q[2], sizeof q[2]),
-      late_quantile(ws, NULL, 0.5, q[3], sizeof q[3]),
-      late_quantile(ws, NULL, 0.99, q[4], sizeof q[4]));
-#undef PUT
-  return n < size ? n : size - 1;
-}
-
-/* ---- Writing responses ---------------------------------------------------- */
-
-typedef struct write_req_s {
-  uv_write_t req;
-  conn_t *conn;
-  int interim; /* 100 Continue: not the answer */
-  size_t len;
-  char data[];
-} write_req_t;
-
-static void on_send_timeout(conn_timer_t *timer);
-static void on_linger_timeout(conn_timer_t *timer);
-static void on_keep_alive_timeout(conn_timer_t *timer);
-
-static void on_shutdown(uv_shutdown_t *req, int status) {
-  (void)status;
-  free(req); /* the linger timer or the client's EOF ends the connection */
-}
-
-/* The last answer is written: close, after the client's EOF if it may still
- * be sending (closing with unread bytes would reset the connection and could
- * destroy the answer before the client read it). */
-static void conn_finish(conn_t *c) {
-  uv_shutdown_t *req;
-  if (c->peer_ended) {
-    conn_close(c, (enum http_close_reason)c->close_reason);
-    return;
-  }
-  req = malloc(sizeof *req);
-  if (req == NULL || uv_shutdown(req, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
-    free(req);
-    conn_close(c, (enum http_close_reason)c->close_reason);
-    return;
-  }
-  c->state = ST_LINGERING;
-  timeout_start(c, &c->io_timeout, on_linger_timeout, LINGER_MS);
-  if (!c->reading && conn_read_start(c) != 0)
-    conn_close(c, (enum http_close_reason)c->close_reason);
-}
-
-static void on_write(uv_write_t *req, int status) {
-  write_req_t *w = container_of(req, write_req_t, req);
-  conn_t *c = w->conn;
-  http_server_t *s = c->server;
-  int interim = w->interim;
-  s->counters.buffered -= w->len;
-  free(w);
-  if (c->state == ST_CLOSING)
-    return; /* cancelled by uv_close */
-  if (status < 0) {
-    conn_close(c, CLOSE_PEER);
-    return;
-  }
-  if (interim)
-    return;
-  timeout_stop(c, &c->io_timeout); /* the send timeout */
-  s->counters.requests++;
-  if (s->shutting_down)
-    s->counters.drain_answered++;
-  if (c->state == ST_DRAINING) {
-    conn_finish(c);
-    return;
-  }
-  assert(c->state == ST_WRITING);
-  conn_resume(c);
-}
-
-static void buffered_add(http_server_t *s, size_t n) {
-  s->counters.buffered += n;
-  if (s->counters.buffered > s->counters.buffered_peak)
-    s->counters.buffered_peak = s->counters.buffered;
-}
-
-static void pending_free(conn_t *c) {
-  free(c->pending);
-  c->server->counters.buffered -= c->pending_cap;
-  c->pending = NULL;
-  c->pending_len = c->pending_off = c->pending_cap = 0;
-}
-
-/* Queues bytes on the connection; a response that the kernel did not take at
- * once is under the send timeout. Returns 0 or closes the connection. */
-static int conn_write(conn_t *c, write_req_t *w, size_t len) {
-  uv_buf_t buf = uv_buf_init(w->data, (unsigned)len);
-  int r;
-  w->conn = c;
-  r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
-  if (r != 0) {
-    free(w);
-    conn_close(c, CLOSE_PEER);
-    return r;
-  }
-  w->len = len;
-  buffered_add(c->server, len);
-  if (!w->interim && uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > 0)
-    timeout_start(c, &c->io_timeout, on_send_timeout, c->server->config.send_timeout);
-  return 0;
-}
-
-/* Writes one response, with the header lines `extra` ("" for none, each
- * ending in CRLF). `final` closes the connection once it is written. A
- * HEAD request gets the headers, Content-Length included, without the body. */
-static void conn_respond_with(conn_t *c, int status, const char *reason, const char *type,
-                              const char *extra, const char *body, size_t body_len, int final) {
-  http_server_t *s = c->server;
-  static const char fmt[] = "HTTP/1.1 %d %s\r\n"
-                            "Content-Type: %s\r\n"
-                            "Content-Length: %zu\r\n"
-                            "%s%s\r\n";
-  char conn_header[64];
-  size_t cap, n;
-  write_req_t *w;
-  int send_body = c->method != HTTP_HEAD;
-  /* While shutting down, or after the client's EOF, the answer to the last
-   * request received closes the connection. */
-  if ((s->shutting_down || c->peer_ended) && c->pending_off == c->pending_len)
-    final = 1;
-  if (!c->keep_alive)
-    final = 1;
-  if (final)
-    snprintf(conn_header, sizeof conn_header, "Connection: close\r\n");
-  else if (s->config.keep_alive_timeout > 0)
-    snprintf(conn_header, sizeof conn_header,
-             "Connection: keep-alive\r\nKeep-Alive: timeout=%" PRIu64 "\r\n",
-             s->config.keep_alive_timeout / 1000);
-  else
-    snprintf(conn_header, sizeof conn_header, "Connection: keep-alive\r\n");
-  cap = sizeof fmt + 32 + strlen(reason) + strlen(type) + strlen(extra) + strlen(conn_header) +
-        body_len;
-  w = malloc(sizeof *w + cap);
-  if (w == NULL) {
-    conn_close(c, CLOSE_NO_MEMORY);
-    return;
-  }
-  w->interim = 0;
-  n = (size_t)snprintf(w->data, cap, fmt, status, reason, type, body_len, extra, conn_header);
-  if (status >= 100 && status < 600)
-    s->counters.responses[status / 100 - 1]++;
-  if (send_body) {
-    memcpy(w->data + n, body, body_len);
-    n += body_len;
-  }
-  if (final) {
-    c->state = ST_DRAINING;
-    if (c->close_reason == CLOSE_PEER) { /* the default: no timeout or error named one */
-      if (s->shutting_down)
-        c->close_reason = CLOSE_SHUTDOWN;
-      else if (!c->keep_alive)
-        c->close_reason = CLOSE_NOT_KEEPALIVE;
-      else if (!c->peer_ended)
-        c->close_reason = CLOSE_BAD_REQUEST; /* a 503 */
-    }
-  } else {
-    c->state = ST_WRITING;
-  }
-  conn_write(c, w, n);
-}
-
-static void conn_respond(conn_t *c, int status, const char *reason, const char *body,
-                         size_t body_len, int final) {
-  conn_respond_with(c, status, reason, "text/plain", "", body, body_len, final);
-}
-
-/* An error response that ends the connection. */
-static void conn_fail(conn_t *c, int status) {
-  const char *reason;
-  char body[64];
-  int n;
-  switch (status) {
-  case 405:
-    reason = "Method Not Allowed";
-    break;
-  case 408:
-    reason = "Request Timeout";
-    break;
-  case 413:
-    reason = "Payload Too Large";
-    break;
-  case 417:
-    reason = "Expectation Failed";
-    break;
-  case 431:
-    reason = "Request Header Fields Too Large";
-    break;
-  default:
-    status = 400;
-    reason = "Bad Request";
-    break;
-  }
-  timeout_stop(c, &c->headers_timeout);
-  timeout_stop(c, &c->request_timeout);
-  timeout_stop(c, &c->io_timeout);
-  if (status != 408)
-    c->close_reason = CLOSE_BAD_REQUEST;
-  n = snprintf(body, sizeof body, "%d %s\n", status, reason);
-  conn_respond(c, status, reason, body, (size_t)n, 1);
-}
-
-/* ---- Timeout callbacks ---------------------------------------------------- */
-
-static void on_headers_timeout(conn_timer_t *timer) {
-  conn_t *c = timer->data;
-  http_server_t *s = c->server;
-  timeout_fired(c, &c->headers_timeout);
-  s->counters.headers_timeouts++;
-  c->close_reason = CLOSE_HEADERS_TIMEOUT;
-  conn_fail(c, 408); /* like Node: 408 and close */
-}
-
-static void on_request_timeout(conn_timer_t *timer) {
-  conn_t *c = timer->data;
-  http_server_t *s = c->server;
-  timeout_fired(c, &c->request_timeout);
-  s->counters.request_timeouts++;
-  c->close_reason = CLOSE_REQUEST_TIMEOUT;
-  conn_fail(c, 408);
-}
-
-static void on_keep_alive_timeout(conn_timer_t *timer) {
-  conn_t *c = timer->data;
-  timeout_fired(c, &c->io_timeout);
-  conn_close(c, CLOSE_KEEPALIVE_TIMEOUT);
-}
-
-static void on_send_timeout(conn_timer_t *timer) {
-  conn_t *c = timer->data;
-  timeout_fired(c, &c->io_timeout);
-  conn_close(c, CLOSE_SEND_TIMEOUT);
-}
-
-static void on_linger_timeout(conn_timer_t *timer) {
-  conn_t *c = timer->data;
-  http_server_t *s = c->server;
-  timeout_fired(c, &c->io_timeout);
-  s->counters.linger_timeouts++;
-  conn_close(c, (enum http_close_reason)c->close_reason);
-}
-
-/* ---- /delay: thread pool work + a cross-thread task ----------------------- */
-
-/* Gives back `n` holds (0 to 2). */
-static void delay_drop(delay_job_t *job, int n) {
-  if ((job->holds -= n) > 0)
-    return;
-  if (job->ticket != NULL)
-    uvtw_ticket_release(job->ticket); /* the only release of this ticket */
-  free(job);
-}
-
-/* Sends the answer, if the connection still waits for it. */
-static void delay_answer(delay_job_t *job, int status, const char *body, size_t len) {
-  conn_t *c = job->conn;
-  if (c == NULL)
-    return;
-  c->job = NULL;
-  job->conn = NULL;
-  conn_respond(c, status, status == 200 ? "OK" : "Service Unavailable", body, len, status != 200);
-}
-
-/* Withdraws the answer's task, once the connection is gone. Returns the
- * holds this gives back: the wheel's if the cancel won (one that loses
- * found the task run, which gave it back). */
-static int delay_withdraw(delay_job_t *job) {
-  if (uvtw_ticket_cancel(job->ticket) != 0)
-    return 0;
-  job->server->counters.delay_cancelled++;
-  return 1;
-}
-
-/* Loop thread, when the deadline is due (status 0) or the wheel closed
- * (UV_ECANCELED). May run before or after delay_after_work. */
-static void delay_due(void *arg, int status) {
-  delay_job_t *job = arg;
-  if (status == 0) {
-    job->server->counters.delay_fired++;
-    delay_answer(job, 200, job->body, job->body_len);
-  } else {
-    delay_answer(job, 503, "shutting down\n", 14);
-  }
-  delay_drop(job, 1); /* the wheel's hold */
-}
-
-/* Worker thread: renders the answer and puts its deadline on the wheel. The
- * deadline counts from the request, not from when the pool got to it. */
-static void delay_work(uv_work_t *req) {
-  delay_job_t *job = container_of(req, delay_job_t, work);
-  uint64_t waited_ms = (uv_hrtime() - job->requested_ns) / 1000000;
-  uint64_t left = job->delay_ms > waited_ms ? job->delay_ms - waited_ms : 0;
-  int n = snprintf(job->body, sizeof job->body, "delayed %" PRIu64 " ms\n", job->delay_ms);
-  job->body_len = (size_t)n < sizeof job->body ? (size_t)n : sizeof job->body - 1;
-  job->schedule_status = uvtw_schedule(job->wheel, left, delay_due, job, &job->scheduled);
-}
-
-/* Loop thread, once delay_work returned (or was cancelled by uv_cancel). */
-static void delay_after_work(uv_work_t *req, int status) {
-  delay_job_t *job = container_of(req, delay_job_t, work);
-  http_server_t *s = job->server;
-  int back = 1; /* the pool's hold */
-  s->counters.delay_in_flight--;
-  if (status == UV_ECANCELED || job->schedule_status != 0) {
-    if (status == UV_ECANCELED)
-      s->counters.delay_cancelled++; /* never ran: the connection is gone */
-    else
-      s->counters.delay_failed++;
-    delay_answer(job, 503, "cannot schedule\n", 16);
-    back++; /* and the wheel's: nothing was scheduled */
-  } else {
-    s->counters.delay_scheduled++;
-    job->ticket = job->scheduled;
-    if (job->conn == NULL)
-      back += delay_withdraw(job); /* the connection closed, or the answer went, meanwhile */
-  }
-  delay_drop(job, back);
-  maybe_finish_shutdown(s);
-}
-
-static void delay_start(conn_t *c, uint64_t ms) {
-  http_server_t *s = c->server;
-  delay_job_t *job = calloc(1, sizeof *job);
-  int r;
-  if (job == NULL) {
-    conn_close(c, CLOSE_NO_MEMORY);
-    return;
-  }
-  job->server = s;
-  job->wheel = s->wheel;
-  job->conn = c;
-  job->delay_ms = ms;
-  job->requested_ns = uv_hrtime();
-  job->holds = 2;
-  r = uv_queue_work(s->loop, &job->work, delay_work, delay_after_work);
-  assert(r == 0); /* it fails only without a work callback */
-  (void)r;
-  s->counters.delay_in_flight++;
-  c->job = job;
-}
-
-/* The connection is closing: its answer will never be sent. */
-static void delay_abandon(delay_job_t *job) {
-  job->conn = NULL;
-  if (job->ticket == NULL)
-    uv_cancel((uv_req_t *)&job->work); /* in the pool: delay_after_work withdraws it */
-  else
-    delay_drop(job, delay_withdraw(job));
-}
-
-/* ---- Requests --------------------------------------------------------------- */
-
-static char filler[BYTES_MAX]; /* the body of /bytes: set once, then read only */
-
-static void filler_setup(void) {
-  memset(filler, 'x', sizeof filler);
-}
-
-/* A new request (its first byte came while the loop lagged): 503, and the
- * connection closes, so that the client retries later or elsewhere, as
- * under-pressure answers. */
-static void conn_shed(conn_t *c) {
-  static const char body[] = "loop delay over the limit\n";
-  char retry[48];
-  snprintf(retry, sizeof retry, "Retry-After: %" PRIu64 "\r\n", c->server->config.retry_after);
-  c->server->counters.shed++;
-  c->close_reason = CLOSE_SHED;
-  conn_respond_with(c, 503, "Service Unavailable", "text/plain", retry, body, sizeof body - 1, 1);
-}
-
-/* A CPU-bound handler: blocks the loop for ms, then answers. The loop's
- * clock is updated after it, so that the answer's timeouts count from the
- * real time; the callbacks that fell due meanwhile run late, and the wheel
- * counts how late. */
-static void spin(conn_t *c, uint64_t ms) {
-  char body[64];
-  int n = snprintf(body, sizeof body, "spun %" PRIu64 " ms\n", ms);
-  uv_sleep((unsigned)ms);
-  uv_update_time(c->server->loop);
-  conn_respond(c, 200, "OK", body, (size_t)n, 0);
-}
-
-/* GET /metrics: the Prometheus page (http_metrics.c) of this server, or of
- * every worker through the config's hook. */
-static void metrics(conn_t *c) {
-  http_server_t *s = c->server;
-  size_t len = 0;
-  char *page;
-  if (s->config.metrics != NULL) {
-    page = s->config.metrics(s, s->config.stats_arg, &len);
-  } else {
-    http_server_stats_t stats;
-    http_server_stats(s, &stats);
-    page = http_metrics_format(&stats, 1, &len);
-  }
-  if (page == NULL) {
-    conn_respond(c, 503, "Service Unavailable", "no memory\n", 10, 0);
-    return;
-  }
-  conn_respond_with(c, 200, "OK", HTTP_METRICS_TYPE, "", page, len, 0);
-  free(page);
-}
-
-static void handle_request(conn_t *c) {
-  static const char hello[] = "hello\n";
-  static const char not_found[] = "not found\n";
-  const char *url = c->url;
-  int get = c->method == HTTP_GET || c->method == HTTP_HEAD;
-  c->state = ST_HANDLING;
-  if (c->shed && !(get && (strcmp(url, "/stats") == 0 || strcmp(url, "/metrics") == 0))) {
-    conn_shed(c); /* /stats and /metrics are never refused: they show the lag */
-  } else if (c->method == HTTP_CONNECT) {
-    conn_fail(c, 405); /* not a proxy: an answer and a clean close */
-  } else if (c->url_flags & URL_TRUNCATED) {
-    conn_respond(c, 404, "Not Found", not_found, sizeof not_found - 1, 0);
-  } else if (get && strcmp(url, "/") == 0) {
-    conn_respond(c, 200, "OK", hello, sizeof hello - 1, 0);
-  } else if (get && strncmp(url, "/delay?ms=", 10) == 0) {
-    char *end;
-    unsigned long long ms = strtoull(url + 10, &end, 10);
-    if (end == url + 10 || *end != '\0' || ms > 3600000)
-      conn_respond(c, 400, "Bad Request", "bad ms\n", 7, 0);
-    else
-      delay_start(c, ms);
-  } else if (get && strncmp(url, "/spin?ms=", 9) == 0) {
-    char *end;
-    unsigned long long ms = strtoull(url + 9, &end, 10);
-    if (end == url + 9 || *end != '\0' || ms > SPIN_MAX)
-      conn_respond(c, 400, "Bad Request", "bad ms\n", 7, 0);
-    else
-      spin(c, ms);
-  } else if (get && strncmp(url, "/bytes?n=", 9) == 0) {
-    static uv_once_t filler_once = UV_ONCE_INIT;
-    char *end;
-    unsigned long long n = strtoull(url + 9, &end, 10);
-    if (end == url + 9 || *end != '\0' || n > BYTES_MAX) {
-      conn_respond(c, 400, "Bad Request", "bad n\n", 6, 0);
-    } else {
-      uv_once(&filler_once, filler_setup);
-      conn_respond(c, 200, "OK", filler, (size_t)n, 0);
-    }
-  } else if (get && strcmp(url, "/stats") == 0) {
-    http_server_t *s = c->server;
-    char body[2048];
-    size_t n = s->config.stats_line != NULL
-                   ? s->config.stats_line(s, s->config.stats_arg, body, sizeof body - 1)
-                   : http_server_format_stats(s, NULL, body, sizeof body - 1);
-    body[n++] = '\n';
-    conn_respond(c, 200, "OK", body, n, 0);
-  } else if (get && strcmp(url, "/metrics") == 0) {
-    metrics(c);
-  } else if (c->method == HTTP_POST && strcmp(url, "/upload") == 0) {
-    char body[64];
-    int n = snprintf(body, sizeof body, "received %" PRIu32 " bytes\n", c->body_bytes);
-    conn_respond(c, 200, "OK", body, (size_t)n, 0);
-  } else {
-    conn_respond(c, 404, "Not Found", not_found, sizeof not_found - 1, 0);
-  }
-}
-
-/* Counts the bytes of the head; beyond the limit the request gets 431. */
-static int head_grow(conn_t *c, size_t len) {
-  http_server_t *s = c->server;
-  c->head_bytes += (uint32_t)(len < UINT32_MAX - c->head_bytes ? len : UINT32_MAX - c->head_bytes);
-  if (c->head_bytes > s->config.max_header_size) {
-    c->error_status = 431;
-    return HPE_USER;
-  }
-  return 0;
-}
-
-static int on_message_begin(llhttp_t *p) {
-  conn_t *c = p->data;
-  http_server_t *s = c->server;
-  c->url_len = 0;
-  c->url[0] = '\0';
-  c->url_flags = 0;
-  c->head_bytes = 0;
-  c->header_count = 0;
-  c->body_bytes = 0;
-  c->expect = EXPECT_NONE;
-  c->expect_field = 0;
-  c->expect_value = 0;
-  c->error_status = 0;
-  c->request_started = 1;
-  c->shed = (uint8_t)(s->counters.shedding != 0); /* a request begun before is in flight */
-  if (c->state == ST_IDLE) {                      /* first byte of the next request */
-    timeout_stop(c, &c->io_timeout);
-    timeout_start(c, &c->headers_timeout, on_headers_timeout, s->config.headers_timeout);
-    timeout_start(c, &c->request_timeout, on_request_timeout, s->config.request_timeout);
-    c->state = ST_READING;
-  }
-  return 0;
+/* A request has arrived (in part or in full) and has no answer written yet. */
+static int conn_in_flight(const conn_t *c) {
+  return c->state == ST_HANDLING || c->state == ST_WRITING || c->state == ST_DRAINING ||
+         (c->state == ST_READING && c->request_started);
 }
 
-static int on_method(llhttp_t *p, const char *at, size_t len) {
-  (void)at;
-  return head_grow(p->data, len);
+/* Between requests, none begun: a shutdown closes it at once. */
+static int conn_idle(const conn_t *c) {
+  return c->state == ST_IDLE || (c->state == ST_READING && !c->request_started);
 }
 
-/* Keeps the path (an absolute-form target, "http://host/path", routes by its
- * path); a URL longer than URL_MAX matches no route. */
-static int on_url(llhttp_t *p, const char *at, size_t len) {
-  conn_t *c = p->data;
-  size_t i;
-  for (i = 0; i < len; i++) {
-    char ch = at[i];
-    if (c->url_flags & URL_SKIP_AUTHORITY) {
-      if (ch != '/')
-        continue;
-      c->url_flags &= (uint8_t)~URL_SKIP_AUTHORITY;
-    }
-    if (c->url_len == URL_MAX - 1) {
-      c->url_flags |= URL_TRUNCATED;
-      break;
-    }
-    c->url[c->url_len++] = ch;
-    c->url[c->url_len] = '\0';
-    if ((c->url_len == 7 && strncmp(c->url, "http://", 7) == 0) ||
-        (c->url_len == 8 && strncmp(c->url, "https://", 8) == 0)) {
-      c->url_len = 0;
-      c->url[0] = '\0';
-      c->url_flags |= URL_SKIP_AUTHORITY;
-    }
-  }
-  return head_grow(c, len);
+/* Bytes from the client wait in the socket, unread. */
+static int fd_bytes_waiting(uv_os_fd_t fd) {
+  int n = 0;
+  return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
 }
 
-static int on_version(llhttp_t *p, const char *at, size_t len) {
-  (void)at;
-  return head_grow(p->data, len);
+static int conn_bytes_waiting(const conn_t *c) {
+  uv_os_fd_t fd;
+  return uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0 && fd_bytes_waiting(fd);
 }
 
-/* Matches `s` against `word` incrementally, case-insensitively; *pos is the
- * length matched so far, 0xff once it cannot match. */
-static void match_word(uint8_t *pos, const char *word, const char *s, size_t len) {
-  size_t i, wl = strlen(word);
-  for (i = 0; i < len && *pos != 0xff; i++) {
-    char ch = s[i];
-    if (ch >= 'A' && ch <= 'Z')
-      ch = (char)(ch - 'A' + 'a');
-    if (*pos >= wl || word[*pos] != ch)
-      *pos = 0xff;
-    else
-      (*pos)++;
-  }
-}
-
-static int on_header_field(llhttp_t *p, const char *at, size_t len) {
-  conn_t *c = p->data;
-  match_word(&c->expect_field, "expect", at, len);
-  return head_grow(c, len);
-}
-
-static int on_header_field_complete(llhttp_t *p) {
-  conn_t *c = p->data;
-  http_server_t *s = c->server;
-  if (++c->header_count > s->config.max_headers_count) {
-    c->error_status = 431;
-    return HPE_USER;
-  }
-  return 0;
-}
-
-static int on_header_value(llhttp_t *p, const char *at, size_t len) {
-  conn_t *c = p->data;
-  if (c->expect_field == 6)
-    match_word(&c->expect_value, "100-continue", at, len);
-  return head_grow(c, len);
-}
-
-static int on_header_value_complete(llhttp_t *p) {
-  conn_t *c = p->data;
-  if (c->expect_field == 6)
-    c->expect = c->expect_value == 12 ? EXPECT_CONTINUE : EXPECT_OTHER;
-  c->expect_field = 0;
-  c->expect_value = 0;
-  return 0;
-}
-
-static void send_continue(conn_t *c) {
-  static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
-  write_req_t *w = malloc(sizeof *w + sizeof line);
-  if (w == NULL) {
-    c->error_status = 0;
-    conn_close(c, CLOSE_NO_MEMORY);
-    return;
-  }
-  w->interim = 1;
-  memcpy(w->data, line, sizeof line - 1);
-  conn_write(c, w, sizeof line - 1);
-}
-
-static int on_headers_complete(llhttp_t *p) {
-  conn_t *c = p->data;
-  http_server_t *s = c->server;
-  int has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
-  timeout_stop(c, &c->headers_timeout);
-  c->method = p->method;
-  /* Upgrade is ignored (RFC 9110 7.8 allows it): the request is answered as
-   * HTTP/1.1. A CONNECT is answered 405 once it is complete. */
-  p->upgrade = 0;
-  if (c->expect == EXPECT_OTHER) {
-    c->error_status = 417; /* as Node: an expectation it cannot meet */
-    return HPE_USER;
-  }
-  if (p->content_length > s->config.max_body_size) {
-    c->error_status = c->expect == EXPECT_CONTINUE ? 417 : 413;
-    return HPE_USER;
-  }
-  if (c->expect == EXPECT_CONTINUE && has_body && p->http_major == 1 && p->http_minor >= 1)
-    send_continue(c);
-  return c->state == ST_CLOSING ? HPE_USER : 0;
-}
-
-static int on_body(llhttp_t *p, const char *at, size_t len) {
-  conn_t *c = p->data;
-  http_server_t *s = c->server;
-  (void)at;
-  if (len > s->config.max_body_size - c->body_bytes) {
-    c->error_status = 413;
-    return HPE_USER;
-  }
-  c->body_bytes += (uint32_t)len;
-  return 0;
-}
-
-static int on_message_complete(llhttp_t *p) {
-  conn_t *c = p->data;
-  timeout_stop(c, &c->request_timeout);
-  c->keep_alive = (uint8_t)llhttp_should_keep_alive(p);
-  c->request_started = 0;
-  if (c->url_flags & URL_SKIP_AUTHORITY) { /* "http://host" alone: the root */
-    c->url[0] = '/';
-    c->url[1] = '\0';
-    c->url_len = 1;
-  }
-  c->state = ST_HANDLING;
-  return HPE_PAUSED; /* one request at a time: the rest waits in c->pending */
-}
-
-static void parser_setup(void) {
-  llhttp_settings_init(&parser_settings);
-  parser_settings.on_message_begin = on_message_begin;
-  parser_settings.on_method = on_method;
-  parser_settings.on_url = on_url;
-  parser_settings.on_version = on_version;
-  parser_settings.on_header_field = on_header_field;
-  parser_settings.on_header_field_complete = on_header_field_complete;
-  parser_settings.on_header_value = on_header_value;
-  parser_settings.on_header_value_complete = on_header_value_complete;
-  parser_settings.on_headers_complete = on_headers_complete;
-  parser_settings.on_body = on_body;
-  parser_settings.on_message_complete = on_message_complete;
-}
-
-/* Parses up to one complete request. Returns 1 when a request completed
- * (*used: bytes it took), 0 when all bytes were taken, -1 on an error. */
-static int parser_feed(conn_t *c, const char *data, size_t len, size_t *used) {
-  llhttp_errno_t e = llhttp_execute(&c->parser, data, len);
-  if (e == HPE_OK) {
-    *used = len;
-    return 0;
-  }
-  if (e == HPE_PAUSED) {
-    *used = (size_t)(llhttp_get_error_pos(&c->parser) - data);
-    llhttp_resume(&c->parser);
-    return 1;
-  }
-  return -1;
-}
-
-/* Keeps bytes that arrive while a request is answered. */
-static void conn_keep_pending(conn_t *c, const char *data, size_t len) {
-  char *grown;
-  if (len == 0)
-    return;
-  if (c->pending_off > 0) { /* drop what was parsed */
-    memmove(c->pending, c->pending + c->pending_off, c->pending_len - c->pending_off);
-    c->pending_len -= c->pending_off;
-    c->pending_off = 0;
-  }
-  if (c->pending_len + len > c->pending_cap) {
-    grown = realloc(c->pending, c->pending_len + len);
-    if (grown == NULL) {
-      conn_close(c, CLOSE_NO_MEMORY);
-      return;
-    }
-    buffered_add(c->server, c->pending_len + len - c->pending_cap);
-    c->pending_cap = (uint32_t)(c->pending_len + len);
-    c->pending = grown;
-  }
-  memcpy(c->pending + c->pending_len, data, len);
-  c->pending_len += (uint32_t)len;
-  if (c->pending_len > PENDING_MAX && c->reading) {
-    uv_read_stop((uv_stream_t *)&c->tcp); /* back-pressure until it is parsed */
-    c->reading = 0;
-  }
-}
-
-static void conn_feed(conn_t *c, const char *data, size_t len) {
-  size_t used;
-  int r;
-  if (c->state != ST_READING && c->state != ST_IDLE) {
-    if (c->state == ST_HANDLING || c->state == ST_WRITING)
-      conn_keep_pending(c, data, len);
-    return; /* DRAINING, LINGERING: discarded */
-  }
-  r = parser_feed(c, data, len, &used);
-  if (c->state == ST_CLOSING)
-    return;
-  if (r < 0) {
-    conn_fail(c, c->error_status != 0 ? c->error_status : 400);
-    return;
-  }
-  if (r == 1) {
-    conn_keep_pending(c, data + used, len - used);
-    if (c->state == ST_HANDLING)
-      handle_request(c);
-  }
-}
-
-/* The previous answer is written: wait for the next request, answering the
- * ones already received first (parsed in place, one at a time). After the
- * client's EOF or a shutdown signal only requests received in full are
- * answered. Reading resumes once the bytes kept are under PENDING_MAX. */
-static void conn_resume(conn_t *c) {
-  http_server_t *s = c->server;
-  int closing = s->shutting_down || c->peer_ended;
-  c->state = ST_IDLE;
-  if (!closing && s->config.keep_alive_timeout > 0)
-    timeout_start(c, &c->io_timeout, on_keep_alive_timeout,
-                  s->config.keep_alive_timeout + s->config.keep_alive_timeout_buffer);
-  while (c->pending_off < c->pending_len && (c->state == ST_IDLE || c->state == ST_READING)) {
-    size_t used;
-    int r = parser_feed(c, c->pending + c->pending_off, c->pending_len - c->pending_off, &used);
-    if (c->state == ST_CLOSING)
-      return;
-    if (r < 0) {
-      conn_fail(c, c->error_status != 0 ? c->error_status : 400);
-      break;
-    }
-    c->pending_off += (uint32_t)used;
-    if (r == 1 && c->state == ST_HANDLING)
-      handle_request(c);
-  }
-  if (c->state == ST_CLOSING)
-    return;
-  if (c->pending_off == c->pending_len)
-    pending_free(c);
-  if (closing) {
-    if (c->state == ST_IDLE || c->state == ST_READING)
-      conn_close(c, s->shutting_down ? CLOSE_SHUTDOWN : CLOSE_PEER);
-    return;
-  }
-  if (!c->reading && c->pending_len - c->pending_off <= PENDING_MAX && conn_read_start(c) != 0)
-    conn_close(c, CLOSE_PEER);
-}
-
-/* ---- Connections ------------------------------------------------------------ */
-
-static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
-  conn_t *c = handle->data;
-  (void)suggested;
-  *buf = uv_buf_init(c->server->read_buffer, sizeof c->server->read_buffer);
-}
-
-/* The client shut down its side: answer what it asked for, then close. */
-static void conn_on_eof(conn_t *c) {
-  c->peer_ended = 1;
-  c->reading = 0; /* libuv stopped reading */
-  switch (c->state) {
-  case ST_LINGERING:
-    conn_close(c, (enum http_close_reason)c->close_reason);
-    break;
-  case ST_READING: /* a request cut short, or none */
-  case ST_IDLE:
-    conn_close(c, CLOSE_PEER);
-    break;
-  default: /* HANDLING, WRITING, DRAINING: the answers come, then the close */
-    break;
-  }
-}
-
-static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
-  conn_t *c = stream->data;
-  http_server_t *s = c->server;
-  if (nread == UV_EOF) {
-    conn_on_eof(c);
-    return;
-  }
-  if (nread < 0) {
-    conn_close(c, CLOSE_PEER);
-    return;
-  }
-  s->counters.received += (uint64_t)nread;
-  conn_feed(c, buf->base, (size_t)nread);
-}
-
-static int conn_read_start(conn_t *c) {
-  int r;
-  if (c->peer_ended)
-    return 0;
-  r = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
-  c->reading = r == 0;
-  return r;
-}
-
-static void on_handle_closed(uv_handle_t *handle) {
-  conn_t *c = handle->data;
-  http_server_t *s = c->server;
-  if (--c->handles_open > 0)
-    return;
-  s->counters.open--;
-  free(c);
-  maybe_finish_shutdown(s);
-}
-
-static void conn_close(conn_t *c, enum http_close_reason reason) {
-  http_server_t *s = c->server;
-  if (c->state == ST_CLOSING)
-    return;
-  c->state = ST_CLOSING;
-  s->counters.closed[reason]++;
-  timeout_stop(c, &c->headers_timeout);
-  timeout_stop(c, &c->request_timeout);
-  timeout_stop(c, &c->io_timeout);
-  if (c->job != NULL) {
-    delay_abandon(c->job);
-    c->job = NULL;
-  }
-  pending_free(c);
-  if (c->prev != NULL)
-    c->prev->next = c->next;
-  else
-    s->connections = c->next;
-  if (c->next != NULL)
-    c->next->prev = c->prev;
-  c->handles_open = 1;
-  c->handles_open =
-      (uint8_t)(c->handles_open + ctimer_close(&c->headers_timeout.timer, on_handle_closed) +
-                ctimer_close(&c->request_timeout.timer, on_handle_closed) +
-                ctimer_close(&c->io_timeout.timer, on_handle_closed));
-  uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
-}
+/* ---- Accepting ---------------------------------------------------------------- */
 
 static void on_accept_retry(uvtw_timer_t *timer);
 
-static conn_t *conn_alloc(http_server_t *s) {
-  if (s->config.fail_accept_allocs > 0) {
-    s->config.fail_accept_allocs--;
+static conn_t *accept_alloc(http_server_t *s) {
+  if (s->config.bench_routes && s->config.fail_accept_allocs > 0) {
+    s->config.fail_accept_allocs--; /* fault injection, for the tests */
     return NULL;
   }
-  return calloc(1, sizeof(conn_t));
+  return conn_alloc();
 }
 
-/* Sets up a new connection: taken from the listener (fd < 0), or `fd`,
- * taken from its backlog at shutdown. */
-static void conn_open(http_server_t *s, conn_t *c, int fd) {
-  c->server = s;
-  uv_tcp_init(s->loop, &c->tcp);
-  c->tcp.data = c;
-  s->counters.accepted++;
-  if (++s->counters.open > s->counters.open_peak)
-    s->counters.open_peak = s->counters.open;
-  timeout_init(c, &c->headers_timeout);
-  timeout_init(c, &c->request_timeout);
-  timeout_init(c, &c->io_timeout);
-  llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
-  c->parser.data = c;
-  c->next = s->connections;
-  if (s->connections != NULL)
-    s->connections->prev = c;
-  s->connections = c;
-  c->state = ST_READING;
-  c->close_reason = CLOSE_PEER;
-  int r = fd < 0 ? uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp)
-                 : uv_tcp_open(&c->tcp, fd);
-  if (r != 0 && fd >= 0)
-    close(fd); /* uv_tcp_open failed: the handle does not own it */
-  if (r != 0 || conn_read_start(c) != 0) {
-    conn_close(c, CLOSE_PEER);
-    return;
+/* Whether the process has a descriptor left. libuv accepts in a loop and,
+ * out of descriptors, takes and closes what waits in the backlog without a
+ * word; a connection it accepted with the last one is kept waiting in the
+ * listener instead, so that libuv accepts no more until one is free. A
+ * burst of exhaustion is counted and logged once: it ends FD_BURST_MS
+ * after the last time a descriptor was missing. */
+static int descriptor_left(http_server_t *s) {
+  uv_os_fd_t fd;
+  uint64_t now;
+  int probe;
+  if (uv_fileno((uv_handle_t *)&s->listener, &fd) != 0)
+    return 1;
+  probe = dup(fd);
+  if (probe >= 0 || (errno != EMFILE && errno != ENFILE)) {
+    if (probe >= 0)
+      close(probe);
+    return 1;
   }
-  uv_tcp_nodelay(&c->tcp, 1);
-  /* libuv accepts in a loop on one cached uv_now(): a connection that came
-   * in while a burst was being accepted would otherwise start its timeouts
-   * a little before it existed. */
-  uv_update_time(s->loop);
-  timeout_start(c, &c->headers_timeout, on_headers_timeout, s->config.headers_timeout);
-  timeout_start(c, &c->request_timeout, on_request_timeout, s->config.request_timeout);
+  now = uvtw_wheel_now(s->wheel);
+  if (now >= s->fd_burst_end)
+    fprintf(stderr,
+            "http_server: out of descriptors (%s): accepting paused (fd_exhausted=%" PRIu64 ")\n",
+            strerror(errno), ++s->counters.fd_exhausted);
+  s->fd_burst_end = now + FD_BURST_MS;
+  return 0;
 }
 
-/* Takes the connection waiting in the listener. Without memory for it, the
- * connection stays in the listener (libuv stops polling it meanwhile, so
- * nothing spins) and the accept is tried again a little later. */
+/* Takes the connection waiting in the listener. Without memory or a spare
+ * descriptor for it, the connection stays in the listener (libuv stops
+ * polling it meanwhile, so nothing spins and nothing is dropped) and the
+ * accept is tried again a little later. */
 static void accept_one(http_server_t *s) {
-  conn_t *c = conn_alloc(s);
+  int fds = descriptor_left(s);
+  conn_t *c = fds ? accept_alloc(s) : NULL;
   if (c == NULL) {
-    s->counters.accept_nomem++;
+    s->counters.accept_nomem += (uint64_t)fds;
     s->accept_waiting = 1;
     if (!uvtw_timer_is_active(&s->accept_retry_timer))
       uvtw_timer_start(&s->accept_retry_timer, on_accept_retry, ACCEPT_RETRY_MS, 0);
@@ -1334,17 +107,6 @@ static void accept_one(http_server_t *s) {
   }
   s->accept_waiting = 0;
   conn_open(s, c, -1);
-}
-
-/* Whether bytes from the client wait in the socket, unread. */
-static int bytes_waiting(uv_os_fd_t fd) {
-  int n = 0;
-  return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
-}
-
-static int conn_bytes_waiting(conn_t *c) {
-  uv_os_fd_t fd;
-  return uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 && bytes_waiting(fd);
 }
 
 /* At shutdown, before the listener closes: takes every connection still in
@@ -1359,13 +121,13 @@ static void accept_backlog(http_server_t *s) {
   if (uv_fileno((uv_handle_t *)&s->listener, &listen_fd) != 0)
     return;
   while ((fd = accept(listen_fd, NULL, NULL)) >= 0) {
-    conn_t *c = conn_alloc(s);
+    conn_t *c = accept_alloc(s);
     if (c != NULL) {
       conn_open(s, c, fd);
       continue;
     }
     s->counters.accept_nomem++;
-    s->counters.drain_dropped += bytes_waiting(fd);
+    s->counters.drain_dropped += fd_bytes_waiting(fd);
     close(fd);
   }
 }
@@ -1396,15 +158,7 @@ static void on_wheel_closed(uvtw_wheel_t *w, void *arg) {
   s->wheel = NULL;
 }
 
-/* A request has arrived (in part or in full) and has no answer written yet. */
-static int conn_in_flight(const conn_t *c) {
-  return c->state == ST_HANDLING || c->state == ST_WRITING || c->state == ST_DRAINING ||
-         (c->state == ST_READING && c->request_started);
-}
-
 /* Closes the wheel once no connection and no work item can touch it. */
-static void samplers_stop(http_server_t *s);
-
 static void maybe_finish_shutdown(http_server_t *s) {
   if (!s->shutting_down || s->wheel_closing || s->counters.open > 0 ||
       s->counters.delay_in_flight > 0)
@@ -1412,8 +166,7 @@ static void maybe_finish_shutdown(http_server_t *s) {
   s->wheel_closing = 1;
   uvtw_timer_stop(&s->grace_timer);
   uvtw_timer_stop(&s->accept_retry_timer);
-  uvtw_timer_stop(&s->second_timer);
-  samplers_stop(s);
+  loop_watch_stop(&s->watch);
   uvtw_wheel_stats(s->wheel, &s->wheel_final);
   uvtw_wheel_close(s->wheel, on_wheel_closed, s);
 }
@@ -1434,8 +187,6 @@ static void on_grace_over(uvtw_timer_t *timer) {
   maybe_finish_shutdown(s);
 }
 
-/* Stop accepting, close idle connections, let requests in flight finish
- * within the grace period. */
 void http_server_shutdown(http_server_t *s) {
   conn_t *c, *next;
   if (s->shutting_down)
@@ -1444,14 +195,12 @@ void http_server_shutdown(http_server_t *s) {
   accept_backlog(s);
   uv_close((uv_handle_t *)&s->listener, NULL);
   uvtw_timer_stop(&s->accept_retry_timer);
-  uvtw_timer_stop(&s->second_timer); /* they watch a server that takes no new requests */
-  samplers_stop(s);
+  loop_watch_stop(&s->watch); /* it watches a server that takes no new requests */
   /* Idle connections close, but not one whose next request has reached
    * the machine and waits unread: it is answered. */
   for (c = s->connections; c != NULL; c = next) {
     next = c->next;
-    if ((c->state == ST_IDLE || (c->state == ST_READING && !c->request_started)) &&
-        !conn_bytes_waiting(c))
+    if (conn_idle(c) && !conn_bytes_waiting(c))
       conn_close(c, CLOSE_SHUTDOWN);
   }
   if (s->config.shutdown_grace > 0)
@@ -1469,74 +218,6 @@ void http_server_shutdown_now(http_server_t *s) {
   maybe_finish_shutdown(s);
 }
 
-/* ---- Watching the loop, and shedding ------------------------------------------
- * Once a second the server copies its wheel's statistics: the lateness of
- * the callbacks of the last completed second is the difference of the last
- * two copies (uvtw_stats_late_quantile), which /stats shows. With
- * max_loop_delay, the copy also decides whether to shed: while the p99 of
- * the last second is above the limit, new requests get 503 (conn_shed),
- * until a second is back under it. A request is new if its first byte
- * arrives while shedding; one begun before, or already being answered
- * (/delay), is in flight and finishes. GET /stats is always answered. The
- * p99 is a bucket's upper bound, at most a quarter above the true value
- * (uvtw.h, "Lateness").
- *
- * The wheel samples the loop at every callback it runs: a server's request
- * timeouts, when they fall due. Sampling timers keep a measure when none
- * is due, one every SAMPLE_MS, as Node's monitorEventLoopDelay does at its
- * resolution, but with each of the SAMPLERS timers re-armed one round
- * (SAMPLERS * SAMPLE_MS) after its own deadline rather than after it ran:
- * a stall of 300 ms then makes every timer due during it late, by 300,
- * 290, ... ms, so that the histogram holds the stall for as long as it
- * lasted (one sample per SAMPLE_MS, as HdrHistogram's correction for
- * coordinated omission), not as one sample among thousands. They run only
- * when shedding or sampling is on, so that an idle server that does
- * neither wakes once a second only. All these timers are unreferenced:
- * they never keep the loop alive, and stop at shutdown. */
-
-static void on_sample(uvtw_timer_t *timer) {
-  struct sampler_s *sampler = container_of(timer, struct sampler_s, timer);
-  http_server_t *s = timer->data;
-  uint64_t now = uvtw_wheel_now(s->wheel), round = SAMPLERS * SAMPLE_MS;
-  /* The wheel counted how late this ran: that is the sample. */
-  sampler->due = sampler->due + round > now ? sampler->due + round : now;
-  uvtw_timer_start(timer, on_sample, sampler->due - now, 0);
-}
-
-static void samplers_stop(http_server_t *s) {
-  for (int i = 0; i < SAMPLERS; i++)
-    uvtw_timer_stop(&s->samplers[i].timer);
-}
-
-static void on_second(uvtw_timer_t *timer) {
-  http_server_t *s = timer->data;
-  int64_t p99;
-  s->second_start = s->second_end;
-  uvtw_wheel_stats(s->wheel, &s->second_end);
-  if (s->config.max_loop_delay == 0)
-    return;
-  p99 = uvtw_stats_late_quantile(&s->second_end, &s->second_start, 0.99);
-  s->counters.shedding = p99 >= 0 && (uint64_t)p99 > s->config.max_loop_delay;
-}
-
-static void watch_start(http_server_t *s) {
-  uvtw_wheel_stats(s->wheel, &s->second_end);
-  s->second_start = s->second_end; /* an empty window until the first second */
-  uvtw_timer_init(s->wheel, &s->second_timer);
-  s->second_timer.data = s;
-  uvtw_timer_unref(&s->second_timer);
-  uvtw_timer_start(&s->second_timer, on_second, 1000, 1000);
-  for (int i = 0; i < SAMPLERS; i++) {
-    struct sampler_s *sampler = &s->samplers[i];
-    uvtw_timer_init(s->wheel, &sampler->timer);
-    sampler->timer.data = s;
-    uvtw_timer_unref(&sampler->timer);
-    sampler->due = uvtw_wheel_now(s->wheel) + (uint64_t)(i + 1) * SAMPLE_MS;
-    if (s->config.max_loop_delay > 0 || s->config.sample_loop)
-      uvtw_timer_start(&sampler->timer, on_sample, (uint64_t)(i + 1) * SAMPLE_MS, 0);
-  }
-}
-
 /* ---- Starting --------------------------------------------------------------- */
 
 void http_server_config_init(http_server_config_t *c) {
@@ -1550,6 +231,9 @@ void http_server_config_init(http_server_config_t *c) {
   c->max_header_size = 16384;
   c->max_headers_count = 2000;
   c->max_body_size = 1048576;
+  c->max_conn_buffered = 2 * 1048576;
+  c->max_buffered = 64 * 1048576;
+  c->sample_loop = 1;
   c->retry_after = 10;
   c->host = "127.0.0.1";
   c->listen_fd = -1;
@@ -1591,17 +275,14 @@ static int listen_on(http_server_t *s) {
 
 int http_server_start(http_server_t **server, uv_loop_t *loop, const http_server_config_t *config,
                       const uvtw_options_t *wheel_options) {
-  static uv_once_t parser_once = UV_ONCE_INIT;
   http_server_t *s;
-  int r;
+  int r, manual;
   *server = NULL;
-#ifdef USE_UV_TIMER
-  if (wheel_options != NULL && wheel_options->manual_clock) {
+  if (http_timer_check(wheel_options) != 0) {
     if (config->listen_fd >= 0)
       close(config->listen_fd);
     return UV_ENOTSUP; /* the connection timers would run on the loop's clock */
   }
-#endif
   s = calloc(1, sizeof *s);
   if (s == NULL) {
     r = UV_ENOMEM;
@@ -1617,13 +298,19 @@ int http_server_start(http_server_t **server, uv_loop_t *loop, const http_server
     free(s);
     return r;
   }
-  uv_once(&parser_once, parser_setup);
+  s->limits.max_header_size = config->max_header_size;
+  s->limits.max_headers_count = config->max_headers_count;
+  s->limits.max_body_size = config->max_body_size;
   uvtw_timer_init(s->wheel, &s->accept_retry_timer);
   uvtw_timer_init(s->wheel, &s->grace_timer);
   s->accept_retry_timer.data = s;
   s->grace_timer.data = s;
-  watch_start(s);
-  signal(SIGPIPE, SIG_IGN); /* a peer that went away is an error code, not a signal */
+  manual = wheel_options != NULL && wheel_options->manual_clock;
+  loop_watch_start(&s->watch, s->wheel, config->max_loop_delay,
+                   config->max_loop_delay > 0 || (config->sample_loop && !manual),
+                   &s->counters.shedding);
+  s->handle_request = routes_handle;
+  s->released = maybe_finish_shutdown;
   uv_tcp_init(loop, &s->listener);
   *server = s;
   r = listen_on(s);

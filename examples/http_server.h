@@ -28,17 +28,23 @@ typedef struct http_server_config_s {
   uint64_t keep_alive_timeout_buffer; /* ms; Node's keepAliveTimeoutBuffer */
   uint64_t send_timeout;              /* ms a queued answer may wait for the client */
   uint64_t shutdown_grace;            /* ms left to requests in flight at shutdown */
-  uint64_t max_header_size;           /* bytes; 431 beyond */
-  uint64_t max_headers_count;         /* 431 beyond */
-  uint64_t max_body_size;             /* bytes, at most UINT32_MAX; 413 beyond */
-  uint64_t fail_accept_allocs;        /* fault injection: the first N connections get no memory */
+  uint64_t max_header_size; /* bytes of the head on the wire, and of a body's framing; 431 beyond */
+  uint64_t max_headers_count; /* 431 beyond */
+  uint64_t max_body_size;     /* bytes, at most UINT32_MAX; 413 beyond */
+  uint64_t max_conn_buffered; /* bytes of answers a client leaves unread; cut beyond */
+  uint64_t max_buffered; /* bytes the server holds for all; beyond, a client not reading is cut */
+  /* Tests and benchmarks only: GET /spin?ms=N (blocks the loop) and GET
+   * /bytes?n=N (large answers) are answered, and fail_accept_allocs holds. */
+  int bench_routes;
+  uint64_t fail_accept_allocs; /* fault injection: the first N connections get no memory */
   /* ms; 0 (the default) disables. Once a second the server compares the
    * p99 lateness of its wheel's callbacks in the last second with it, and
-   * while above, answers new requests (all but GET /stats) with 503,
-   * Retry-After and Connection: close. See "Shedding" in http_server.c. */
+   * while above, answers new requests (all but GET /stats and /metrics)
+   * with 503, Retry-After and Connection: close (http_loop_watch.c). */
   uint64_t max_loop_delay;
-  /* Sample the loop every 10 ms (as with max_loop_delay) even when not
-   * shedding, so that GET /metrics shows the lag of a quiet server. */
+  /* 1 (the default): sample the loop every 10 ms, so that /stats and
+   * /metrics show the lag of a quiet server. Ignored on a manual clock,
+   * where time moves only when a test says (max_loop_delay samples still). */
   int sample_loop;
   uint64_t retry_after; /* s; the Retry-After of those 503s */
   const char *host;     /* listen address */
@@ -71,6 +77,8 @@ enum http_close_reason {
   CLOSE_NO_MEMORY,     /* an allocation failed */
   CLOSE_SHUTDOWN,      /* SIGINT/SIGTERM, http_server_shutdown */
   CLOSE_SHED,          /* a 503 while the loop lags (max_loop_delay) */
+  CLOSE_UNAVAILABLE,   /* another 503: /delay could not be scheduled */
+  CLOSE_SLOW_READER,   /* answers queued beyond max_conn_buffered or max_buffered */
   CLOSE_REASONS
 };
 
@@ -78,6 +86,7 @@ enum http_close_reason {
 typedef struct http_server_counters_s {
   uint64_t accepted, open, open_peak;
   uint64_t accept_errors; /* accept failed (EMFILE...): libuv dropped the connection */
+  uint64_t fd_exhausted;  /* times accepting paused for want of descriptors */
   uint64_t accept_nomem;  /* no memory for a connection: accept retried later */
   uint64_t requests;      /* responses written in full */
   uint64_t responses[5];  /* responses queued, by status class 1xx..5xx (not 100 Continue) */

@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
 #endif
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,8 @@
 
 #include "http_workers.h"
 
-static const char usage_text[] =
+/* In parts: a C string literal may be longer than compilers must support. */
+static const char *const usage_text[] = {
     "usage: http_server [options]\n"
     "  --host ADDR                 listen address (default 127.0.0.1)\n"
     "  --port N                    0 picks a free port (default 0); prints 'listening on "
@@ -35,6 +37,10 @@ static const char usage_text[] =
     "  --max-header-size BYTES     Node's --max-http-header-size (default 16384): 431 beyond\n"
     "  --max-headers-count N       Node's maxHeadersCount (default 2000): 431 beyond\n"
     "  --max-body-size BYTES       413 beyond, 417 to 'Expect: 100-continue' (default 1048576)\n"
+    "  --max-conn-buffered BYTES   answers a client may leave unread (default 2097152); beyond,\n"
+    "                              it is cut (closed_slow_reader)\n"
+    "  --max-buffered BYTES        bytes the server holds for all clients (default 67108864);\n"
+    "                              beyond, a client that leaves an answer unread is cut\n"
     "  --shutdown-grace MS         after SIGTERM/SIGINT, time left to in-flight requests\n"
     "                              (default 10000)\n"
     "  --max-loop-delay MS         shed load when the loop lags (default 0: off): once a second\n"
@@ -43,14 +49,18 @@ static const char usage_text[] =
     "                              /stats) get 503 with Retry-After and Connection: close until a\n"
     "                              second is back under it (@fastify/under-pressure's\n"
     "                              maxEventLoopDelay, on a p99 rather than a mean)\n"
-    "  --sample-loop               sample the loop every 10 ms even without --max-loop-delay, so\n"
-    "                              that GET /metrics shows the lag of a quiet server\n"
+    "  --no-sample-loop            do not sample the loop every 10 ms (/stats and /metrics then\n"
+    "                              show only the lateness of connection timeouts)\n"
     "  --retry-after S             the Retry-After of those 503s (default 10)\n"
     "  --wheel-tick-ms N           uvtw_options_t.tick_ms of the wheel (default 1)\n"
+    "  --bench-routes              for tests and benchmarks only: answer GET /spin and /bytes,\n"
+    "                              and allow --fail-accept-allocs\n"
     "  --fail-accept-allocs N      fault injection: the first N connection allocations fail\n"
-    "0 disables a timeout. Routes: GET|HEAD / (hello), /delay?ms=N (answer after N ms, from\n"
-    "the thread pool via uvtw_schedule), /bytes?n=N (N bytes, N <= 1048576), /spin?ms=N\n"
-    "(blocks the loop N ms, N <= 10000, as a CPU-bound handler does), /stats (counters of\n"
+    "0 disables a timeout.\n",
+    "Routes: GET|HEAD / (hello), /delay?ms=N (answer after N ms, from\n"
+    "the thread pool via uvtw_schedule), with --bench-routes /bytes?n=N (N bytes, N <= 1048576)\n"
+    "and /spin?ms=N (blocks the loop N ms, N <= 10000, as a CPU-bound handler does), /stats "
+    "(counters of\n"
     "every worker summed, with the lateness p50, p99 and max of the last second and since\n"
     "start, then workers=N and worker_accepted=A,B,...), /metrics (the Prometheus text format:\n"
     "the lateness histogram, counters and gauges, per worker); POST /upload (counts the body).\n"
@@ -63,10 +73,11 @@ static const char usage_text[] =
     "every response it asked for (Node drops them); a client that does not read its responses\n"
     "is closed after --send-timeout (Node keeps it forever); more than maxHeadersCount headers\n"
     "get 431 (Node drops the extra headers); a body above --max-body-size gets 413 (Node has\n"
-    "no limit); the shutdown grace period (Node's server.close() waits without limit).\n";
+    "no limit); the shutdown grace period (Node's server.close() waits without limit).\n"};
 
 static void usage(int status) {
-  fputs(usage_text, status == 0 ? stdout : stderr);
+  for (size_t i = 0; i < sizeof usage_text / sizeof usage_text[0]; i++)
+    fputs(usage_text[i], status == 0 ? stdout : stderr);
   exit(status);
 }
 
@@ -109,15 +120,22 @@ static void parse_args(int argc, char **argv, http_server_config_t *config,
       config->max_body_size = parse_number(v);
       if (config->max_body_size > UINT32_MAX)
         usage(2);
-    } else if (strcmp(a, "--max-loop-delay") == 0)
+    } else if (strcmp(a, "--max-conn-buffered") == 0)
+      config->max_conn_buffered = parse_number(v);
+    else if (strcmp(a, "--max-buffered") == 0)
+      config->max_buffered = parse_number(v);
+    else if (strcmp(a, "--max-loop-delay") == 0)
       config->max_loop_delay = parse_number(v);
-    else if (strcmp(a, "--sample-loop") == 0) {
-      config->sample_loop = 1;
+    else if (strcmp(a, "--no-sample-loop") == 0) {
+      config->sample_loop = 0;
       i--; /* takes no value */
     } else if (strcmp(a, "--retry-after") == 0) {
       config->retry_after = parse_number(v);
       if (config->retry_after > UINT32_MAX)
         usage(2);
+    } else if (strcmp(a, "--bench-routes") == 0) {
+      config->bench_routes = 1;
+      i--; /* takes no value */
     } else if (strcmp(a, "--fail-accept-allocs") == 0)
       config->fail_accept_allocs = parse_number(v);
     else if (strcmp(a, "--wheel-tick-ms") == 0) {
@@ -141,6 +159,10 @@ static void parse_args(int argc, char **argv, http_server_config_t *config,
       usage(2);
     i += 2;
   }
+  if (config->fail_accept_allocs > 0 && !config->bench_routes) {
+    fputs("http_server: --fail-accept-allocs needs --bench-routes\n", stderr);
+    exit(2);
+  }
 }
 
 /* Best effort: many idle connections need many descriptors. */
@@ -160,5 +182,6 @@ int main(int argc, char **argv) {
   memset(&wheel_options, 0, sizeof wheel_options);
   parse_args(argc, argv, &config, &wheel_options, &workers);
   raise_fd_limit();
+  signal(SIGPIPE, SIG_IGN); /* a client that went away is an error code, not a signal */
   return http_workers_run(&config, &wheel_options, workers);
 }

@@ -69,7 +69,7 @@ async function spin(port, ms = SPIN) {
 }
 
 async function shed() {
-  const server = await t.startServer(exe, ['--max-loop-delay', '50']);
+  const server = await t.startServer(exe, ['--bench-routes', '--max-loop-delay', '50']);
   const before = await started(server);
   t.ok(before.max_loop_delay_ms === 50 && before.shedding === 0 && before.shed === 0,
     'shed: /stats says max_loop_delay_ms=50, not shedding, shed=0',
@@ -104,7 +104,7 @@ async function shed() {
 }
 
 async function inFlight() {
-  const server = await t.startServer(exe, ['--max-loop-delay', '50']);
+  const server = await t.startServer(exe, ['--bench-routes', '--max-loop-delay', '50']);
   await started(server);
   // A request begun before the lag: its head and half its body.
   const early = await t.connect(server.port);
@@ -126,7 +126,7 @@ async function inFlight() {
 }
 
 async function off() {
-  const server = await t.startServer(exe, []);
+  const server = await t.startServer(exe, ['--bench-routes']);
   const before = await started(server);
   t.eq(before.max_loop_delay_ms, 0, 'off: /stats says max_loop_delay_ms=0 by default');
   t.ok(await spin(server.port), `off: /spin?ms=${SPIN} answers 200`);
@@ -140,7 +140,7 @@ async function off() {
 }
 
 async function retryAfter() {
-  const server = await t.startServer(exe, ['--max-loop-delay', '50', '--retry-after', '3']);
+  const server = await t.startServer(exe, ['--bench-routes', '--max-loop-delay', '50', '--retry-after', '3']);
   await started(server);
   t.ok(await spin(server.port), `retry_after: /spin?ms=${SPIN} answers 200`);
   const got = await pollUntil(server.port, (r) => r.status === 503, 2000);
@@ -153,7 +153,7 @@ async function retryAfter() {
 async function workers() {
   const N = 16; // all on one worker but for a chance of 2 in 2^16
   const EACH = 100;
-  const server = await t.startServer(exe, ['--workers', '2', '--max-loop-delay', '50']);
+  const server = await t.startServer(exe, ['--bench-routes', '--workers', '2', '--max-loop-delay', '50']);
   await started(server);
   const before = await t.stats(server);
   const cs = [];

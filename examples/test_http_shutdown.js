@@ -144,7 +144,7 @@ async function backlog(workers) {
   const T = `backlog, ${workers} worker${workers > 1 ? 's' : ''}`;
   const SPINS = workers > 1 ? 4 : 1;
   const LATE = 4;
-  const server = await t.startServer(exe, ['--workers', String(workers)]);
+  const server = await t.startServer(exe, ['--bench-routes', '--workers', String(workers)]);
   const spins = await sendGets(server.port, SPINS, '/spin?ms=500');
   await t.sleep(100); // the loops are blocked
   const late = await sendGets(server.port, LATE, '/');

@@ -1,0 +1,333 @@
+/* http1: see http1.h.
+ *
+ * Every byte a client sends counts against a limit, as it arrives: the
+ * head's bytes on the wire (request line, header lines with their spaces,
+ * CRLFs, and anything before the request line) against max_header_size,
+ * fed to llhttp no further than one byte past it; a body's data against
+ * max_body_size; its framing (chunk sizes, extensions, CRLFs, trailers)
+ * with the head against max_header_size. One request at a time: the parser
+ * pauses at the end of each request, and at the end of a head a body
+ * follows, where the head's bytes end.
+ *
+ * Framing is strict, so that the server and anything in front of it never
+ * disagree where a request ends (request smuggling): llhttp's strict mode
+ * where the build compiles it (Debian's sources; llhttp 9 is strict by
+ * default), none of its lenient flags, and the server's own checks: no
+ * empty header name, no Transfer-Encoding in HTTP/1.0 (RFC 9112 6.1), one
+ * valid Host in HTTP/1.1 and at most one in any (RFC 9112 3.2). */
+#include "http1.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { URL_SKIP_AUTHORITY = 2 };
+enum { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
+enum { HOST_OK, HOST_SPACE = 1, HOST_BAD = 2 };
+
+static http_request_t *request_of(llhttp_t *p) {
+  return p->data;
+}
+
+static int fail(http_request_t *r, uint16_t status) {
+  r->error_status = status;
+  return HPE_USER;
+}
+
+static int on_message_begin(llhttp_t *p) {
+  http_request_t *r = request_of(p);
+  r->url_len = 0;
+  r->url[0] = '\0';
+  r->url_flags = 0;
+  r->header_count = 0;
+  r->hosts = 0;
+  r->host_field = 0;
+  r->host_value = HOST_OK;
+  r->field_len = 0;
+  r->body_bytes = 0;
+  r->expect = EXPECT_NONE;
+  r->expect_field = 0;
+  r->expect_value = 0;
+  r->wants_continue = 0;
+  r->error_status = 0;
+  r->events |= HTTP_BEGUN;
+  return 0;
+}
+
+/* Keeps the path (an absolute-form target, "http://host/path", routes by its
+ * path); a URL longer than HTTP_URL_MAX matches no route. */
+static int on_url(llhttp_t *p, const char *at, size_t len) {
+  http_request_t *r = request_of(p);
+  static const char http[] = "http://", https[] = "https://";
+  for (size_t i = 0; i < len; i++) {
+    char ch = at[i];
+    if (r->url_flags & URL_SKIP_AUTHORITY) {
+      if (ch != '/')
+        continue;
+      r->url_flags &= (uint8_t)~URL_SKIP_AUTHORITY;
+    }
+    if (r->url_len == HTTP_URL_MAX - 1) {
+      r->url_flags |= HTTP_URL_TRUNCATED;
+      break;
+    }
+    r->url[r->url_len++] = ch;
+    r->url[r->url_len] = '\0';
+    if (strcmp(r->url, http) == 0 || strcmp(r->url, https) == 0) {
+      r->url_len = 0;
+      r->url[0] = '\0';
+      r->url_flags |= URL_SKIP_AUTHORITY;
+    }
+  }
+  return 0;
+}
+
+/* Matches `s` against `word` incrementally, case-insensitively; *pos is the
+ * length matched so far, 0xff once it cannot match. */
+static void match_word(uint8_t *pos, const char *word, size_t word_len, const char *s, size_t len) {
+  for (size_t i = 0; i < len && *pos != 0xff; i++) {
+    char ch = s[i];
+    if (ch >= 'A' && ch <= 'Z')
+      ch = (char)(ch - 'A' + 'a');
+    if (*pos >= word_len || word[*pos] != ch)
+      *pos = 0xff;
+    else
+      (*pos)++;
+  }
+}
+
+static const char expect_name[] = "expect", expect_continue[] = "100-continue",
+                  host_name[] = "host";
+
+static int on_header_field(llhttp_t *p, const char *at, size_t len) {
+  http_request_t *r = request_of(p);
+  match_word(&r->expect_field, expect_name, sizeof expect_name - 1, at, len);
+  match_word(&r->host_field, host_name, sizeof host_name - 1, at, len);
+  r->field_len += len;
+  return 0;
+}
+
+static int on_header_field_complete(llhttp_t *p) {
+  http_request_t *r = request_of(p);
+  if (++r->header_count > r->limits->max_headers_count)
+    return fail(r, 431);
+  if (r->field_len == 0)
+    return fail(r, 400); /* ": chunked": a name no one agrees on */
+  if (r->host_field == sizeof host_name - 1 && ++r->hosts > 1)
+    return fail(r, 400); /* two Host lines */
+  return 0;
+}
+
+/* A Host value: uri-host [ ":" port ], no spaces, no list (RFC 3986). */
+static int host_char(char ch) {
+  static const char allowed[] = "-._~%!$&'()*+,;=:[]";
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         (ch != '\0' && strchr(allowed, ch) != NULL);
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t len) {
+  http_request_t *r = request_of(p);
+  if (r->expect_field == sizeof expect_name - 1)
+    match_word(&r->expect_value, expect_continue, sizeof expect_continue - 1, at, len);
+  for (size_t i = 0; r->host_field == sizeof host_name - 1 && i < len; i++)
+    if (at[i] == ' ' || at[i] == '\t')
+      r->host_value |= HOST_SPACE; /* trailing whitespace is no part of the value */
+    else if (!host_char(at[i]) || (r->host_value & HOST_SPACE))
+      r->host_value |= HOST_BAD;
+  return 0;
+}
+
+static int on_header_value_complete(llhttp_t *p) {
+  http_request_t *r = request_of(p);
+  if (r->expect_field == sizeof expect_name - 1)
+    r->expect = r->expect_value == sizeof expect_continue - 1 ? EXPECT_CONTINUE : EXPECT_OTHER;
+  r->expect_field = 0;
+  r->expect_value = 0;
+  r->host_field = 0;
+  r->field_len = 0;
+  return r->host_value & HOST_BAD ? fail(r, 400) : 0;
+}
+
+static int on_headers_complete(llhttp_t *p) {
+  http_request_t *r = request_of(p);
+  int has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
+  int http11 = p->http_major == 1 && p->http_minor >= 1;
+  r->events |= HTTP_HEAD_DONE;
+  r->method = p->method;
+  /* Upgrade is ignored (RFC 9110 7.8 allows it): the request is answered as
+   * HTTP/1.1. A CONNECT is answered 405 once it is complete. */
+  p->upgrade = 0;
+  if ((http11 && r->hosts != 1) || (!http11 && (p->flags & F_TRANSFER_ENCODING)))
+    return fail(r, 400);
+  if (r->expect == EXPECT_OTHER)
+    return fail(r, 417); /* as Node: an expectation it cannot meet */
+  if (p->content_length > r->limits->max_body_size)
+    return fail(r, r->expect == EXPECT_CONTINUE ? 417 : 413);
+  r->wants_continue = (uint8_t)(r->expect == EXPECT_CONTINUE && has_body && http11);
+  /* With a body, a pause, so that http_parse tells the head's bytes from
+   * the body's; without, the request ends here and its bytes are the head. */
+  return has_body ? HPE_PAUSED : 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len) {
+  http_request_t *r = request_of(p);
+  (void)at;
+  if (len > r->limits->max_body_size - r->body_bytes)
+    return fail(r, 413);
+  r->body_bytes += (uint32_t)len;
+  return 0;
+}
+
+static int on_message_complete(llhttp_t *p) {
+  http_request_t *r = request_of(p);
+  r->keep_alive = (uint8_t)llhttp_should_keep_alive(p);
+  if (r->url_flags & URL_SKIP_AUTHORITY) { /* "http://host" alone: the root */
+    r->url[0] = '/';
+    r->url[1] = '\0';
+    r->url_len = 1;
+  }
+  r->events |= HTTP_DONE;
+  return HPE_PAUSED; /* one request at a time */
+}
+
+static const llhttp_settings_t settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_field_complete = on_header_field_complete,
+    .on_header_value = on_header_value,
+    .on_header_value_complete = on_header_value_complete,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+void http_request_init(http_request_t *r, const http_limits_t *limits) {
+  memset(r, 0, sizeof *r);
+  llhttp_init(&r->parser, HTTP_REQUEST, &settings);
+  r->parser.data = r;
+  r->limits = limits;
+}
+
+/* The bytes counted against max_header_size: the head's, then with them a
+ * body's framing (its bytes on the wire that are not data). */
+static uint64_t counted(const http_request_t *r) {
+  return r->head_bytes + (r->head_done ? r->body_wire - r->body_bytes : 0);
+}
+
+enum http_parse_result http_parse(http_request_t *r, const char *data, size_t len, size_t *used) {
+  size_t off = 0;
+  int again = 0; /* the head just ended: the request may end with no byte more */
+  r->events = 0;
+  while (off < len || again) {
+    /* In the head, llhttp gets at most one byte past the limit. */
+    uint64_t room = r->limits->max_header_size - counted(r);
+    size_t n = r->head_done || len - off <= room ? len - off : (size_t)room + 1;
+    llhttp_errno_t e;
+    again = 0;
+    e = llhttp_execute(&r->parser, data + off, n);
+    size_t taken = e == HPE_PAUSED ? (size_t)(llhttp_get_error_pos(&r->parser) - (data + off)) : n;
+    if (e != HPE_OK && e != HPE_PAUSED) {
+      if (r->error_status == 0)
+        r->error_status = 400;
+      return HTTP_PARSE_ERROR;
+    }
+    if (r->head_done)
+      r->body_wire += taken;
+    else
+      r->head_bytes += taken;
+    off += taken;
+    if (counted(r) > r->limits->max_header_size) {
+      r->error_status = 431;
+      return HTTP_PARSE_ERROR;
+    }
+    if (e == HPE_PAUSED) {
+      llhttp_resume(&r->parser);
+      if (!(r->events & HTTP_DONE)) { /* the end of a head before a body */
+        r->head_done = again = 1;
+        continue;
+      }
+      *used = off; /* the end of the request */
+      r->head_done = 0;
+      r->head_bytes = r->body_wire = 0;
+      return HTTP_PARSE_DONE;
+    }
+  }
+  *used = len;
+  return HTTP_PARSE_MORE;
+}
+
+const char *http_reason(int status) {
+  switch (status) {
+  case 400:
+    return "Bad Request";
+  case 405:
+    return "Method Not Allowed";
+  case 408:
+    return "Request Timeout";
+  case 413:
+    return "Payload Too Large";
+  case 417:
+    return "Expectation Failed";
+  case 431:
+    return "Request Header Fields Too Large";
+  default:
+    return NULL;
+  }
+}
+
+static const char head_format[] = "HTTP/1.1 %d %s\r\n"
+                                  "Content-Type: %s\r\n"
+                                  "Content-Length: %zu\r\n"
+                                  "%sConnection: %s\r\n"
+                                  "%s\r\n";
+
+size_t http_response_size(const char *reason, const char *type, const char *extra,
+                          size_t body_len) {
+  static const char keep_alive[] = "keep-alive", timeout[] = "Keep-Alive: timeout=\r\n";
+  return sizeof head_format + 3 + 20 + strlen(reason) + strlen(type) + strlen(extra) +
+         sizeof keep_alive + sizeof timeout + 20 + body_len;
+}
+
+size_t http_response_format(char *out, size_t size, int status, const char *reason,
+                            const char *type, const char *extra, const char *body, size_t body_len,
+                            int send_body, int close, uint64_t keep_alive_timeout) {
+  char timeout[48] = "";
+  size_t n;
+  if (!close && keep_alive_timeout > 0) /* what a client may count on, as Node says it */
+    snprintf(timeout, sizeof timeout, "Keep-Alive: timeout=%" PRIu64 "\r\n",
+             keep_alive_timeout / 1000);
+  n = (size_t)snprintf(out, size, head_format, status, reason, type, body_len, extra,
+                       close ? "close" : "keep-alive", timeout);
+  if (send_body) {
+    memcpy(out + n, body, body_len);
+    n += body_len;
+  }
+  return n;
+}
+
+int http_pipeline_keep(http_pipeline_t *p, const char *data, size_t len, size_t *grown) {
+  *grown = 0;
+  if (p->off > 0) {
+    memmove(p->data, p->data + p->off, p->len - p->off);
+    p->len -= p->off;
+    p->off = 0;
+  }
+  if (p->len + len > p->cap) {
+    char *more = realloc(p->data, p->len + len);
+    if (more == NULL)
+      return -1;
+    *grown = p->len + len - p->cap;
+    p->cap = (uint32_t)(p->len + len);
+    p->data = more;
+  }
+  memcpy(p->data + p->len, data, len);
+  p->len += (uint32_t)len;
+  return 0;
+}
+
+void http_pipeline_free(http_pipeline_t *p) {
+  free(p->data);
+  p->data = NULL;
+  p->len = p->off = p->cap = 0;
+}

@@ -1,0 +1,85 @@
+/* http_conn: one connection of the example server (http_conn.c), under a
+ * timer in every state:
+ *
+ *   READING    a request is awaited or arriving: headersTimeout (the head,
+ *              the slowloris defence) and requestTimeout (the whole request)
+ *   IDLE       between requests: keepAliveTimeout + keepAliveTimeoutBuffer
+ *   HANDLING   the answer is being prepared (/delay): the answer's own task
+ *   WRITING    the answer is queued because the client does not read: the
+ *              send timeout; bytes the client pipelines meanwhile are kept up
+ *              to PENDING_MAX, then reading pauses
+ *   DRAINING   the last answer is queued: the send timeout
+ *   LINGERING  the write side is shut down; what the client still sends is
+ *              read and discarded until its EOF or LINGER_MS, so that closing
+ *              does not reset the connection before it read the answer */
+#ifndef UVTW_EXAMPLES_HTTP_CONN_H
+#define UVTW_EXAMPLES_HTTP_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "http1.h"
+#include "http_server_internal.h"
+#include "http_timer.h"
+
+enum conn_state {
+  ST_READING,
+  ST_IDLE,
+  ST_HANDLING,
+  ST_WRITING,
+  ST_DRAINING,
+  ST_LINGERING,
+  ST_CLOSING
+};
+
+struct conn_s {
+  http_server_t *server;
+  uv_tcp_t tcp;
+  http_request_t request;
+  conn_t *prev, *next;        /* the server's open connections */
+  void *job;                  /* work preparing the answer (/delay), if any */
+  void (*abandon)(void *job); /* lets the job go when the connection closes first */
+  http_pipeline_t pending;    /* bytes received while answering */
+  uint8_t state;
+  uint8_t keep_alive; /* the request being answered allows another */
+  uint8_t reading;
+  uint8_t peer_ended;      /* EOF from the client: answer what it sent, then close */
+  uint8_t request_started; /* a byte of the current request has arrived */
+  uint8_t shed;            /* its first byte came while the server was shedding */
+  uint8_t close_reason;
+  uint8_t handles_open; /* close callbacks still to come; freed at 0 */
+  /* Then its timers, http_timer_size bytes each (http_conn.c). */
+};
+
+/* A zeroed connection with room for its timers, or NULL; conn_bytes() in all. */
+conn_t *conn_alloc(void);
+size_t conn_bytes(void);
+
+/* Its timers (http_conn_timers.c): headersTimeout, requestTimeout, and the
+ * one of its state: keep-alive (IDLE), send (WRITING, DRAINING) or linger. */
+enum { T_HEADERS, T_REQUEST, T_IO, CONN_TIMERS };
+void timers_init(conn_t *c);
+int timers_close(conn_t *c, uv_close_cb cb); /* returns the close callbacks to come */
+void timeout_start(conn_t *c, int which, http_timer_cb cb, uint64_t ms); /* ms 0: disabled */
+void timeout_stop(conn_t *c, int which);
+void timeouts_stop(conn_t *c);
+/* At the top of every timeout callback (the timer is one-shot, so already
+ * inactive): its bookkeeping. Returns the timer's connection. */
+conn_t *timeout_fired(http_timer_t *timer);
+
+/* Opens `c` on `s`: taken from the listener (fd < 0) or `fd`, taken from its
+ * backlog. It reads, under the headers and request timeouts; a complete
+ * request goes to s->handle_request, which answers it with conn_respond. */
+void conn_open(http_server_t *s, conn_t *c, int fd);
+
+/* One response, with the header lines `extra` ("" for none, each ending in
+ * CRLF). `final`: the connection closes once it is written (it does too
+ * after the client's EOF or the shutdown, or without keep-alive). */
+void conn_respond_with(conn_t *c, int status, const char *reason, const char *type,
+                       const char *extra, const char *body, size_t body_len, int final);
+void conn_respond(conn_t *c, int status, const char *reason, const char *body, size_t body_len,
+                  int final);
+void conn_fail(conn_t *c, int status); /* an error response, then the close */
+void conn_close(conn_t *c, enum http_close_reason reason);
+
+#endif

@@ -1,0 +1,171 @@
+'use strict';
+// The server against hostile clients (TAP), on raw sockets.
+// usage: node test_http_hostile.js PATH/TO/http_server [CASE...]
+//
+// smuggling  a second request hidden in framing a strict server refuses
+//            (a head ended by CR CR, chunk data without its CRLF, a space
+//            in a header name, an empty header name, Transfer-Encoding in
+//            HTTP/1.0) gets one 400 and a close, never a second answer.
+// host       HTTP/1.1 without Host, with two, with "a, b": 400 and a close;
+//            HTTP/1.0 without Host and host:port are answered.
+// bytes      a header value after 1 MiB of spaces, a 4 MiB chunk
+//            extension, 20 KB of trailers: 431 and a close.
+// gone       a client that asks for /delay?ms=3600000 and closes: let go
+//            of within the send timeout, its task cancelled and counted.
+// buffered   clients that never read /bytes?n=1048576: cut once the
+//            server holds more than --max-buffered, counted, memory freed.
+// bench      /spin and /bytes are 404 without --bench-routes.
+// fds        under `ulimit -n 40`, clients beyond the descriptors wait in
+//            the backlog and are answered once some are free; the
+//            exhaustion is logged once per burst and counted in /stats
+//            and /metrics.
+// Loopback only; about 10 s.
+const t = require('./http_test_lib');
+
+const exe = process.argv[2];
+const only = process.argv.slice(3);
+const H = `Host: ${t.HOST}\r\n`;
+
+// Sends `text` and returns the statuses answered and how it ended.
+async function answers(port, text, timeoutMs = 5000) {
+  const r = await t.exchange(port, text, { timeoutMs });
+  return { statuses: t.parseResponses(r.data).responses.map((x) => x.status), ended: r.ended, r };
+}
+
+const second = `GET /stats HTTP/1.1\r\n${H}\r\n`;
+const smuggled = {
+  'a head ended by CR CR X': `GET / HTTP/1.1\r\n${H}\rX${second}`,
+  'chunk data without its CRLF': `POST /upload HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n` +
+    `4\r\nAAAAXX0\r\n\r\n${second}`,
+  'a space in a header name': `POST /upload HTTP/1.1\r\n${H}Content Length: 5\r\n\r\n${second}`,
+  'an empty header name': `POST /upload HTTP/1.1\r\n${H}: chunked\r\n\r\n${second}`,
+  'Transfer-Encoding in HTTP/1.0': 'POST /upload HTTP/1.0\r\nConnection: keep-alive\r\n' +
+    `Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n${second}`,
+};
+
+async function caseSmuggling(server) {
+  for (const [what, text] of Object.entries(smuggled)) {
+    const a = await answers(server.port, text);
+    t.ok(a.statuses.length === 1 && a.statuses[0] === 400 && a.ended === 'end',
+      `smuggling: ${what}: one 400 and a close`, `${a.ended}: ${a.statuses.join(' ')}`);
+  }
+}
+
+async function caseHost(server) {
+  const bad = {
+    'no Host': 'GET / HTTP/1.1\r\n\r\n',
+    'two Host lines': 'GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n',
+    'Host: a, b': 'GET / HTTP/1.1\r\nHost: a, b\r\n\r\n',
+  };
+  for (const [what, text] of Object.entries(bad)) {
+    const a = await answers(server.port, text);
+    t.ok(a.statuses.length === 1 && a.statuses[0] === 400 && a.ended === 'end',
+      `host: HTTP/1.1 with ${what}: 400 and a close`, `${a.ended}: ${a.statuses.join(' ')}`);
+  }
+  const old = await answers(server.port, 'GET / HTTP/1.0\r\n\r\n');
+  t.eq(old.statuses.join(), '200', 'host: HTTP/1.0 without Host is answered');
+  const port = await answers(server.port, `GET / HTTP/1.1\r\nHost: ${t.HOST}:8080\r\nConnection: close\r\n\r\n`);
+  t.eq(port.statuses.join(), '200', 'host: Host: HOST:PORT is answered');
+}
+
+async function caseBytes(server) {
+  const big = {
+    'a header value after 1 MiB of spaces':
+      `GET / HTTP/1.1\r\n${H}X-Pad: ${' '.repeat(1 << 20)}v\r\n\r\n`,
+    'a 4 MiB chunk extension': `POST /upload HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n` +
+      `1;${'e'.repeat(4 << 20)}\r\nx\r\n0\r\n\r\n`,
+    '20 KB of trailers': `POST /upload HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n` +
+      `1\r\nx\r\n0\r\nX-Trailer: ${'t'.repeat(20000)}\r\n\r\n`,
+  };
+  for (const [what, text] of Object.entries(big)) {
+    const a = await answers(server.port, text);
+    t.ok(a.statuses.length === 1 && a.statuses[0] === 431 && a.ended === 'end',
+      `bytes: ${what}: 431 and a close`, `${a.ended}: ${a.statuses.join(' ')}`);
+  }
+}
+
+async function caseGone() {
+  const server = await t.startServer(exe, ['--send-timeout', '500']);
+  const c = await t.connect(server.port);
+  c.sock.write(`GET /delay?ms=3600000 HTTP/1.1\r\n${H}\r\n`);
+  await t.waitStats(server, (st) => st.delay_scheduled === 1, 2000);
+  c.sock.destroy(); // the client leaves
+  const st = await t.waitStats(server, (x) => x.delay_cancelled === 1 && x.open === 1, 3000);
+  t.ok(st.delay_cancelled === 1 && st.open === 1,
+    'gone: a client that left during /delay?ms=3600000 is let go within the send timeout, its task cancelled',
+    `delay_cancelled=${st.delay_cancelled} open=${st.open}`);
+  server.proc.kill('SIGTERM');
+  t.eq((await server.exited).code, 0, 'gone: the server exits 0, nothing left in flight');
+}
+
+async function caseBuffered() {
+  const CAP = 1 << 20;
+  const server = await t.startServer(exe, ['--bench-routes', '--max-buffered', String(CAP)]);
+  const get = `GET /bytes?n=1048576 HTTP/1.1\r\n${H}\r\n`.repeat(16);
+  const clients = [];
+  for (let i = 0; i < 12; i++) {
+    const c = await t.connect(server.port, { timeoutMs: 8000 });
+    c.sock.pause(); // never reads
+    c.sock.write(get);
+    clients.push(c);
+  }
+  const st = await t.waitStats(server, (x) => x.closed_slow_reader > 0, 4000);
+  t.ok(st.closed_slow_reader > 0, `buffered: clients that do not read are cut (${st.closed_slow_reader})`);
+  // Once the answers the kernel took are written: at most the cap, one
+  // answer, and what each client pipelined.
+  await t.sleep(300);
+  const held = (await t.stats(server)).buffered_bytes;
+  const bound = CAP + (1 << 20) + 4096 + clients.length * (128 << 10);
+  t.ok(held <= bound, `buffered: the server holds at most ${bound} bytes for them (${held})`);
+  for (const c of clients) c.sock.destroy();
+  const after = await t.waitStats(server, (x) => x.buffered_bytes === 0, 3000);
+  t.eq(after.buffered_bytes, 0, 'buffered: their memory is given back');
+  server.proc.kill('SIGTERM');
+  await server.exited;
+}
+
+async function caseBench(server) {
+  for (const route of ['/spin?ms=10', '/bytes?n=10']) {
+    const r = await t.get(server.port, route);
+    t.eq(r.status, 404, `bench: ${route} is 404 without --bench-routes`);
+  }
+}
+
+async function caseDescriptors() {
+  const LIMIT = 40;
+  const server = await t.startServer(exe, [], ['sh', '-c', `ulimit -n ${LIMIT} && exec "$0" "$@"`]);
+  const held = [];
+  for (let i = 0; i < 2 * LIMIT; i++) held.push(await t.connect(server.port, { timeoutMs: 8000 }));
+  const late = await t.connect(server.port, { timeoutMs: 8000 });
+  late.sock.write(`GET / HTTP/1.1\r\n${H}Connection: close\r\n\r\n`);
+  await t.sleep(300);
+  t.ok(held.every((c) => c.ended === null), 'fds: connections beyond the descriptors wait, none dropped');
+  for (const c of held) c.sock.destroy();
+  await late.done;
+  const got = t.parseResponses(late.data).responses;
+  t.ok(got.length === 1 && got[0].status === 200, 'fds: a request that waited is answered once descriptors are free');
+  const st = await t.stats(server);
+  t.ok(st.fd_exhausted >= 1, `fds: /stats counts the exhaustion (fd_exhausted=${st.fd_exhausted})`);
+  const m = await t.get(server.port, '/metrics');
+  t.ok(/^http_server_fd_exhausted_total [1-9]/m.test(m.body), 'fds: /metrics shows it (http_server_fd_exhausted_total)');
+  const logged = (server.err.match(/out of descriptors/g) || []).length;
+  t.eq(logged, 1, 'fds: logged once for the burst');
+  server.proc.kill('SIGTERM');
+  await server.exited;
+}
+
+async function main() {
+  const want = (name) => only.length === 0 || only.some((o) => name.includes(o));
+  const server = await t.startServer(exe, []);
+  if (want('smuggling')) await caseSmuggling(server);
+  if (want('host')) await caseHost(server);
+  if (want('bytes')) await caseBytes(server);
+  if (want('bench')) await caseBench(server);
+  server.proc.kill('SIGTERM');
+  await server.exited;
+  if (want('gone')) await caseGone();
+  if (want('buffered')) await caseBuffered();
+  if (want('fds')) await caseDescriptors();
+}
+
+t.run(main, 50000);

@@ -11,9 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define LINGER_MS 2000          /* lingering close: the longest wait for the client's EOF */
+#define PROBE_MS 1000           /* after a 102 probe: long enough for a reset to come back */
 #define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
 
 static void conn_feed(conn_t *c, const char *data, size_t len);
@@ -208,16 +210,21 @@ void conn_fail(conn_t *c, int status) {
   conn_respond(c, status, reason, body, (size_t)n, 1);
 }
 
-static void send_continue(conn_t *c) {
-  static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
-  write_req_t *w = malloc(sizeof *w + sizeof line);
+/* An interim (1xx) response: `line` with its empty line, `size` its sizeof. */
+static void send_interim(conn_t *c, const char *line, size_t size) {
+  write_req_t *w = malloc(sizeof *w + size);
   if (w == NULL) {
     conn_close(c, CLOSE_NO_MEMORY);
     return;
   }
   w->interim = 1;
-  memcpy(w->data, line, sizeof line - 1);
-  conn_write(c, w, sizeof line - 1);
+  memcpy(w->data, line, size - 1);
+  conn_write(c, w, size - 1);
+}
+
+static void send_continue(conn_t *c) {
+  static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  send_interim(c, line, sizeof line);
 }
 
 /* ---- Reading ---------------------------------------------------------------- */
@@ -336,12 +343,39 @@ static void conn_resume(conn_t *c) {
     conn_close(c, CLOSE_PEER);
 }
 
-/* After the client's EOF, an answer still being prepared (/delay) must come
- * within the send timeout: a client that closed cannot be told from one
- * that half-closed until the server writes, and its work is let go then. */
+/* The probe's answer: a socket the client closed has been reset by now (its
+ * error is set), one it half-closed has not, and then the answer must come
+ * within the send timeout. */
+static void on_probe_timeout(http_timer_t *timer) {
+  conn_t *c = timeout_fired(timer);
+  int err = 0;
+  socklen_t len = sizeof err;
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
+    conn_close(c, CLOSE_PEER); /* the client is gone: its work is let go */
+    return;
+  }
+  timeout_start(c, T_IO, on_send_timeout, c->server->config.send_timeout);
+}
+
+/* After the client's EOF, an answer still being prepared (/delay): a client
+ * that closed cannot be told from one that half-closed until the server
+ * writes. To an HTTP/1.1 client the server writes an interim 102
+ * Processing, which a client ignores (RFC 9110, 15.2) and a closed socket
+ * answers with a reset, and looks PROBE_MS later. An HTTP/1.0 client may
+ * not be sent a 1xx: the send timeout bounds the wait. */
 static void conn_await_answer(conn_t *c) {
-  if (c->peer_ended && c->state == ST_HANDLING)
+  static const char processing[] = "HTTP/1.1 102 Processing\r\n\r\n";
+  if (!c->peer_ended || c->state != ST_HANDLING)
+    return;
+  if (c->request.parser.http_major == 1 && c->request.parser.http_minor == 0) {
     timeout_start(c, T_IO, on_send_timeout, c->server->config.send_timeout);
+    return;
+  }
+  send_interim(c, processing, sizeof processing);
+  if (c->state == ST_HANDLING) /* the write may have found the client gone */
+    timeout_start(c, T_IO, on_probe_timeout, PROBE_MS);
 }
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {

@@ -70,6 +70,7 @@ struct uvtw_shared_s {
   /* Set at creation, read-only afterwards. */
   uvtw_wheel_t *wheel;  /* other threads use it only inside the gate */
   uint32_t max_pending; /* 0: unlimited, `pending` not kept */
+  bool manual;          /* the wheel's clock is manual (its flags word is the loop's) */
   /* What every call from another thread writes, on cache lines apart from
    * the fields above, which the loop reads for every task. */
   char apart[64];
@@ -103,6 +104,7 @@ int uvtw__tasks_open(uvtw_wheel_t *w, uint32_t max_pending) {
   if (sh == NULL)
     return UV_ENOMEM;
   sh->wheel = w;
+  sh->manual = w->flags & WHEEL_MANUAL;
   sh->max_pending = max_pending;
   uvtw__mpsc_init(&sh->queue);
   uvtw__pool_init(&sh->pool); /* calloc made the other counters 0 */
@@ -297,8 +299,7 @@ int uvtw_schedule(uvtw_wheel_t *wheel, uint64_t timeout, uvtw_task_cb cb, void *
   uvtw__entry_init(&task->entry, wheel, ENTRY_TASK);
   task->entry.data = arg;
   task->cb = cb;
-  task->due =
-      wheel->flags & WHEEL_MANUAL ? timeout : uvtw__add_saturating(uv_hrtime() / 1000000, timeout);
+  task->due = sh->manual ? timeout : uvtw__add_saturating(uv_hrtime() / 1000000, timeout);
   task->shared = sh;
   atomic_init(&task->refs, ticket != NULL ? 2 : 1);
   atomic_init(&task->state, TASK_QUEUED);

@@ -30,9 +30,11 @@ UVTW_NOINLINE static int start_deciding(uvtw_wheel_t *w, uvtw_timer_t *timer, ui
   }
   if (wheel_node_linked(uvtw__node_of(timer))) {
     /* A restart. Pushed later, an entry may stay where it is, and the
-     * earliest deadline cannot move earlier. */
+     * earliest deadline cannot move earlier; but a due one is filed anew,
+     * so that the arming decides which pass runs it (COLLECTED). */
     w->stats.stopped++;
-    if (uvtw__wheel_postpone(&w->wheel, uvtw__node_of(timer), deadline))
+    if (deadline > uvtw__now_ticks(w) &&
+        uvtw__wheel_postpone(&w->wheel, uvtw__node_of(timer), deadline))
       return 0;
     uvtw__entry_remove(w, timer);
   }

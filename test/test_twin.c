@@ -590,8 +590,11 @@ static void rc_x_cb(uv_timer_t *handle) {
   uv_timer_start(&rc.twin, rc_twin_cb, 0, 0);
 }
 
-static void test_twin_restart_only_timer(void) {
-  const char *T = "the only wheel timer restarted with 0 from a uv_timer_t due beside it";
+/* `across`: the first start's deadline lies in the wheel's next level-0
+ * rotation (4,096 ticks), so the entry waits on level 1, where a restart
+ * to a later deadline may leave it in place; restarted due, it must still
+ * wait for the next pass. */
+static void restart_only_timer(const char *T, bool across) {
   fx_t f;
   if (!fx_open(&f, T, NULL))
     return;
@@ -601,10 +604,18 @@ static void test_twin_restart_only_timer(void) {
   uv_timer_init(&f.loop, &rc.twin);
   uvtw_timer_init(f.wheel, &rc.w);
   uv_update_time(&f.loop);
+  uint64_t timeout = across ? 50 : 5;
+  if (across && uv_now(&f.loop) % 4096 < 4096 - timeout) {
+    uv_sleep((unsigned)(4096 - timeout / 2 - uv_now(&f.loop) % 4096));
+    uv_update_time(&f.loop);
+  }
+  if (across)
+    tap_diag("%s: started %llu ms before a rotation (%llu wanted)", T,
+             (unsigned long long)(4096 - uv_now(&f.loop) % 4096), (unsigned long long)timeout);
   /* x first: libuv runs it before the wheel's uv_timer_t, all due at once. */
-  uv_timer_start(&rc.x, rc_x_cb, 5, 0);
-  uvtw_timer_start(&rc.w, rc_w_cb, 5, 0);
-  uv_timer_start(&rc.twin, rc_twin_cb, 5, 0);
+  uv_timer_start(&rc.x, rc_x_cb, timeout, 0);
+  uvtw_timer_start(&rc.w, rc_w_cb, timeout, 0);
+  uv_timer_start(&rc.twin, rc_twin_cb, timeout, 0);
   EXPECT_I64(uv_run(&f.loop, UV_RUN_DEFAULT), 0, "%s: uv_run(DEFAULT) returns 0", T);
   EXPECT_U64(rc.w_fires, 1, "%s: the wheel timer ran once", T);
   EXPECT_U64(rc.twin_fires, 1, "%s: its uv_timer_t twin ran once", T);
@@ -612,6 +623,15 @@ static void test_twin_restart_only_timer(void) {
   fx_close_handle(&rc.x);
   fx_close_handle(&rc.twin);
   fx_close(&f);
+}
+
+static void test_twin_restart_only_timer(void) {
+  restart_only_timer("the only wheel timer restarted with 0 from a uv_timer_t due beside it",
+                     false);
+}
+
+static void test_twin_restart_across_rotation(void) {
+  restart_only_timer("the same, its first deadline in the next rotation of level 0", true);
 }
 
 static void test_twin_from_top(void) {
@@ -866,6 +886,7 @@ static const tap_case_t cases[] = {
     TAP_CASE(twin_staggered),
     TAP_CASE(twin_across_levels),
     TAP_CASE(twin_restart_only_timer),
+    TAP_CASE(twin_restart_across_rotation),
     TAP_CASE(twin_from_top),
     TAP_CASE(twin_from_timer_cb),
     TAP_CASE(twin_from_check_cb),

@@ -23,18 +23,19 @@ void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
 
 /* A start that decides something: a restart, or a filing that may arm
  * (see uvtw__entry_add). */
-UVTW_NOINLINE static int start_deciding(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline) {
+UVTW_NOINLINE static int start_deciding(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline,
+                                        uint64_t timeout) {
   if (!(w->flags & WHEEL_LOOP_RAN)) { /* the loop is being set up: the uv_async_t lets go */
     w->flags |= WHEEL_LOOP_RAN;
     uvtw__update_refs(w);
   }
   if (wheel_node_linked(uvtw__node_of(timer))) {
     /* A restart. Pushed later, an entry may stay where it is, and the
-     * earliest deadline cannot move earlier; but a due one is filed anew,
-     * so that the arming decides which pass runs it (COLLECTED). */
+     * earliest deadline cannot move earlier; but one made due (timeout 0)
+     * is filed anew, so that the arming decides which pass runs it
+     * (COLLECTED). */
     w->stats.stopped++;
-    if (deadline > uvtw__now_ticks(w) &&
-        uvtw__wheel_postpone(&w->wheel, uvtw__node_of(timer), deadline))
+    if (timeout != 0 && uvtw__wheel_postpone(&w->wheel, uvtw__node_of(timer), deadline))
       return 0;
     uvtw__entry_remove(w, timer);
   }
@@ -58,7 +59,7 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
    * registers (bench/README.md). */
   if (wheel_node_linked(uvtw__node_of(timer)) || timeout == 0 || w->wheel.count == 0 ||
       deadline < w->armed_at)
-    return start_deciding(w, timer, deadline);
+    return start_deciding(w, timer, deadline, timeout);
   uvtw__wheel_insert(&w->wheel, uvtw__node_of(timer), deadline);
   uvtw__entry_filed(w, timer);
   return 0;

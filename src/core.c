@@ -151,14 +151,15 @@ static enum arming due_filed_rereading(const uvtw_wheel_t *w, uint64_t now) {
   return w->arming == ARM_TIMER && w->armed_at <= now ? ARM_COLLECTED : ARM_WAIT;
 }
 
-static const arming_policy_t collecting = {true, ARM_TIMER, due_filed_collecting};
-static const arming_policy_t rereading = {false, ARM_WAIT, due_filed_rereading};
-
 void uvtw__core_init(uvtw_wheel_t *w, uv_loop_t *loop, uint32_t tick_ms, bool manual) {
   w->loop = loop;
   w->tick_ms = tick_ms;
   w->flags |= manual ? WHEEL_MANUAL : 0;
-  w->policy = uv_version() >= LIBUV_COLLECTS_DUE_TIMERS ? &collecting : &rereading;
+  /* In the wheel, not a static table: the library holds no data of its own. */
+  if (uv_version() >= LIBUV_COLLECTS_DUE_TIMERS)
+    w->policy = (arming_policy_t){true, ARM_TIMER, due_filed_collecting};
+  else
+    w->policy = (arming_policy_t){false, ARM_WAIT, due_filed_rereading};
   w->manual_now = uv_now(loop);
   uvtw__wheel_init(&w->wheel, uvtw__now_ticks(w));
 }
@@ -180,7 +181,7 @@ void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
   uint64_t now = uvtw__now_ticks(w);
   enum arming to = w->arming;
   if (!(w->flags & WHEEL_MANUAL) && (to == ARM_IDLE || to == ARM_TIMER))
-    to = deadline <= now ? w->policy->due_filed(w, now) : ARM_TIMER;
+    to = deadline <= now ? w->policy.due_filed(w, now) : ARM_TIMER;
   if ((to == ARM_COLLECTED && w->arming != ARM_COLLECTED) || w->wheel.count == 0)
     uvtw__wheel_expire(&w->wheel, now);
   uvtw__wheel_insert(&w->wheel, uvtw__node_of(entry), deadline);
@@ -226,7 +227,7 @@ static void run_pass(uvtw_wheel_t *w, uint64_t now) {
 static bool end_pass(uvtw_wheel_t *w) {
   if (!w->pass_end(w))
     return false;
-  enum arming to = w->flags & WHEEL_MANUAL ? ARM_IDLE : w->policy->after_pass;
+  enum arming to = w->flags & WHEEL_MANUAL ? ARM_IDLE : w->policy.after_pass;
   set_arming(w, to, wait_floor(w, to, uvtw__wheel_next_deadline(&w->wheel)));
   return true;
 }
@@ -272,15 +273,15 @@ const char *uvtw__arming_check(const uvtw_wheel_t *w) {
   uint64_t due = uvtw__ms_of(w, w->armed_at), now = uv_now(w->loop);
   /* libuv >= 1.48 collects a due uv_timer_t at its timer phase's start and
    * runs it in that phase: in the iteration it was started in, or the next. */
-  bool collected = w->policy->collects && due <= now &&
+  bool collected = w->policy.collects && due <= now &&
                    (loop_iteration(w->loop) <= w->armed_in + 1 || w->armed_in == UINT64_MAX);
   INVARIANT(a != ARM_IN_PASS, "checked inside a pass"); /* the checker runs between passes */
   INVARIANT(!manual || (a == ARM_IDLE && !timer), "a manual clock armed its uv_timer_t");
   INVARIANT(a != ARM_IDLE || (!timer && (empty || manual)), "IDLE with a timer or entries");
   INVARIANT(a != ARM_TIMER || (!empty && (timer || collected)), "TIMER not armed nor collected");
   /* COLLECTED: libuv >= 1.48 holds it inactive in its list; older libuvs in the heap */
-  INVARIANT(a != ARM_COLLECTED || (!empty && timer != w->policy->collects), "COLLECTED, not due");
-  INVARIANT(a != ARM_WAIT || (!w->policy->collects && timer == !empty), "WAIT on libuv >= 1.48");
+  INVARIANT(a != ARM_COLLECTED || (!empty && timer != w->policy.collects), "COLLECTED, not due");
+  INVARIANT(a != ARM_WAIT || (!w->policy.collects && timer == !empty), "WAIT on libuv >= 1.48");
   INVARIANT((a == ARM_WAIT) == uv_is_active((const uv_handle_t *)&w->prepare), "prepare not WAIT");
   INVARIANT(started || w->armed_at == 0, "armed_at set with nothing armed"); /* the fast path */
   INVARIANT(!started || uv_timer_get_due_in(&w->timer) == (due > now ? due - now : 0),

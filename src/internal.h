@@ -62,7 +62,7 @@ struct uvtw_wheel_s {
   uv_loop_t *loop;
   unsigned flags; /* WHEEL_* */
   enum arming arming;
-  const arming_policy_t *policy;
+  arming_policy_t policy;
   uint32_t tick_ms;
   int open_handles;      /* counted down as the handles close (life.c) */
   uvtw_wheel_t *peer;    /* the next open wheel on the same loop: a ring (life.c) */

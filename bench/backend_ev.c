@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 const char *const backend_name = "ev";
+const int backend_fixed_durations = 0;
 
 static struct ev_loop *loop;
 static ev_timer *timers;
@@ -87,6 +88,10 @@ void backend_restart(size_t i, uint64_t timeout_ms) {
 
 void backend_stop(size_t i) {
   ev_timer_stop(loop, &timers[i]);
+}
+
+int backend_active(size_t i) {
+  return ev_is_active(&timers[i]);
 }
 
 double backend_now_ms(void) {

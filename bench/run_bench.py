@@ -389,7 +389,8 @@ def main():
                     failed.append("%s at N = %s (exit status %d)" % (b, pow10(n), rc))
     minutes = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60
 
-    versions = [res.info[(b, "version")] for b in backends if (b, "version") in res.info]
+    versions = list(dict.fromkeys(res.info[(b, "version")] for b in backends
+                                  if (b, "version") in res.info))
     machine = "%s, %d cores, %s; %s %s" % (cpu_model(), os.cpu_count() or 0, memory_gib(),
                                           platform.system(), platform.release())
     head = [

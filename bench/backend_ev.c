@@ -108,6 +108,7 @@ static void kick_cb(struct ev_loop *l, ev_timer *w, int revents) {
 void backend_defer(uint64_t delay_ms, void (*fn)(void *), void *arg) {
   kick_fn = fn;
   kick_arg = arg;
+  ev_timer_stop(loop, &kick); /* a pending deferral is replaced */
   ev_timer_init(&kick, kick_cb, (ev_tstamp)delay_ms * 1e-3, 0.);
   ev_timer_start(loop, &kick);
 }

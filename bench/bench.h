@@ -75,7 +75,8 @@ int backend_active(size_t i);
 double backend_now_ms(void);
 
 /* Runs fn(arg) from a loop callback `delay_ms` from now (a uv_timer_t for uv
- * and uvtw, the backend's own timer for libev and libevent). One at a time. */
+ * and uvtw, the backend's own timer for libev and libevent). One at a time:
+ * a call replaces a deferral that has not run yet. */
 void backend_defer(uint64_t delay_ms, void (*fn)(void *), void *arg);
 
 /* One loop iteration, blocking until something is due. */

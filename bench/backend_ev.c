@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 const char *const backend_name = "ev";
+const int backend_fixed_durations = 0;
 
 static struct ev_loop *loop;
 static ev_timer *timers;
@@ -89,6 +90,10 @@ void backend_stop(size_t i) {
   ev_timer_stop(loop, &timers[i]);
 }
 
+int backend_active(size_t i) {
+  return ev_is_active(&timers[i]);
+}
+
 double backend_now_ms(void) {
   return ev_now(loop) * 1e3;
 }
@@ -103,6 +108,7 @@ static void kick_cb(struct ev_loop *l, ev_timer *w, int revents) {
 void backend_defer(uint64_t delay_ms, void (*fn)(void *), void *arg) {
   kick_fn = fn;
   kick_arg = arg;
+  ev_timer_stop(loop, &kick); /* a pending deferral is replaced */
   ev_timer_init(&kick, kick_cb, (ev_tstamp)delay_ms * 1e-3, 0.);
   ev_timer_start(loop, &kick);
 }

@@ -8,6 +8,7 @@
 #include <uv.h>
 
 const char *const backend_name = "uv";
+const int backend_fixed_durations = 0;
 
 static uv_timer_t *timers;
 static size_t n_timers;
@@ -78,6 +79,10 @@ void backend_restart(size_t i, uint64_t timeout_ms) {
 
 void backend_stop(size_t i) {
   uv_timer_stop(&timers[i]);
+}
+
+int backend_active(size_t i) {
+  return uv_is_active((const uv_handle_t *)&timers[i]);
 }
 
 int backend_wheel_stats(bench_wheel_stats_t *out) {

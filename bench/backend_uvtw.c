@@ -8,6 +8,7 @@
 #include <uvtw.h>
 
 const char *const backend_name = "uvtw";
+const int backend_fixed_durations = 0;
 
 static uvtw_wheel_t *wheel;
 static uvtw_timer_t *timers;
@@ -74,6 +75,10 @@ void backend_restart(size_t i, uint64_t timeout_ms) {
 
 void backend_stop(size_t i) {
   uvtw_timer_stop(&timers[i]);
+}
+
+int backend_active(size_t i) {
+  return uvtw_timer_is_active(&timers[i]);
 }
 
 int backend_wheel_stats(bench_wheel_stats_t *out) {

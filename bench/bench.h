@@ -1,8 +1,9 @@
 /* The benchmark's backend interface.
  *
  * One executable per timer backend (bench_uvtw, bench_uv, bench_ev,
- * bench_event): each links the shared workloads (workloads.c) with exactly one
- * backend_*.c that implements the functions below. libev exports symbols with
+ * bench_event, bench_h2o, bench_event_common): each links the shared
+ * workloads (workloads.c) with exactly one backend_*.c that implements the
+ * functions below. libev exports symbols with
  * libevent's names, so the two must never share a process; one process per
  * backend also keeps heaps, caches and peak RSS apart.
  *
@@ -19,8 +20,15 @@
 
 /* ---- Implemented by each backend_*.c ----------------------------------- */
 
-/* Short name used in the output ("uvtw", "uv", "ev", "event"). */
+/* Short name used in the output ("uvtw", "uv", "ev", "event", "h2o",
+ * "event-common"). */
 extern const char *const backend_name;
+
+/* 1 for a backend that keeps one list per timeout duration (h2o's
+ * h2o_timeout_t, libevent's common timeouts): it takes only a few distinct
+ * timeouts, so it runs the workloads whose timeouts come from a fixed set
+ * (bump, server) and skips the others, saying so. 0 for a general timer. */
+extern const int backend_fixed_durations;
 
 /* Creates the loop (and for uvtw the wheel). 0 on success. */
 int backend_init(void);
@@ -60,12 +68,15 @@ void backend_start(size_t i, uint64_t timeout_ms);
  * its own idiom for this (libev: ev_timer_again). */
 void backend_restart(size_t i, uint64_t timeout_ms);
 void backend_stop(size_t i);
+/* 1 if timer i is pending. Not timed. */
+int backend_active(size_t i);
 
 /* The loop clock in milliseconds (uv_now, ev_now, libevent's cached time). */
 double backend_now_ms(void);
 
 /* Runs fn(arg) from a loop callback `delay_ms` from now (a uv_timer_t for uv
- * and uvtw, the backend's own timer for libev and libevent). One at a time. */
+ * and uvtw, the backend's own timer for libev and libevent). One at a time:
+ * a call replaces a deferral that has not run yet. */
 void backend_defer(uint64_t delay_ms, void (*fn)(void *), void *arg);
 
 /* One loop iteration, blocking until something is due. */

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Runs uvtw, libuv's uv_timer_t, libev's ev_timer and libevent's evtimer on
-the same workloads and reports them side by side.
+"""Runs uvtw, libuv's uv_timer_t, libev's ev_timer, libevent's evtimer, h2o's
+h2o_timeout_t lists and libevent's common timeouts on the same workloads and
+reports them side by side. The last two keep one list per duration: they run
+the workloads whose timeouts come from a fixed set (bump, server) only.
 
 Each backend is its own executable (bench_uvtw, bench_uv, bench_ev,
-bench_event), run in a fresh process per repetition: libev exports
+bench_event, bench_h2o, bench_event_common), run in a fresh process per
+repetition: libev exports
 libevent's symbol names, so the two never share a binary, and separate
 processes keep heaps and caches apart. The repetitions are interleaved and
 the order of the backends rotates, so noise on a shared machine spreads over
@@ -37,6 +40,8 @@ BACKENDS = [
     ("uv", "uv_timer_t"),
     ("ev", "libev ev_timer"),
     ("event", "libevent evtimer"),
+    ("h2o", "h2o timeout lists"),
+    ("event-common", "libevent common timeouts"),
 ]
 LABEL = dict(BACKENDS)
 MISSING_REASON = {
@@ -44,7 +49,16 @@ MISSING_REASON = {
     "uv": "bench_uv was not built",
     "ev": "libev was not found when meson configured the build (libev-dev)",
     "event": "libevent was not found when meson configured the build (libevent-dev)",
+    "h2o": "libh2o was not found when meson configured the build (libh2o-dev)",
+    "event-common": "libevent was not found when meson configured the build (libevent-dev)",
 }
+# Backends that keep one list per duration run only these workloads.
+FIXED_DURATIONS = ("h2o", "event-common")
+FIXED_WORKLOADS = ("bump", "server")
+
+
+def exe(b):
+    return "bench_" + b.replace("-", "_")
 
 # The table's rows: (workload, metric, label). ns figures are process CPU time
 # per operation, made from inside loop callbacks.
@@ -58,6 +72,13 @@ ROWS = [
     ("expire", "late_p99_ms", "fire: lateness p99, ms"),
     ("expire", "fifo_violations", "fire: FIFO violations"),
     ("expire", "wasted_wakeups", "fire: wasted wakeups"),
+    ("server", "ns_start", "server: start (open), ns"),
+    ("server", "ns_restart", "server: restart (activity), ns"),
+    ("server", "ns_phase", "server: stop + start (phase), ns"),
+    ("server", "ns_stop", "server: stop (close), ns"),
+    ("server", "ns_fire", "server: fire (idle cut), ns"),
+    ("server", "late_p99_ms", "server: lateness p99, ms"),
+    ("server", "fifo_violations", "server: FIFO violations"),
 ]
 # The chart's panels: ns per operation against N.
 PANELS = [
@@ -66,8 +87,14 @@ PANELS = [
     ("bump", "ns_restart", "restart (push back)"),
     ("churn", "ns_step", "stop + start (churn)"),
     ("expire", "ns_fire", "fire"),
+    ("server", "ns_start", "server: start (open)"),
+    ("server", "ns_restart", "server: restart (activity)"),
+    ("server", "ns_phase", "server: stop + start (phase)"),
+    ("server", "ns_stop", "server: stop (close)"),
+    ("server", "ns_fire", "server: fire (idle cut)"),
 ]
-COLORS = {"uvtw": "#1f77b4", "uv": "#d62728", "ev": "#2ca02c", "event": "#9467bd"}
+COLORS = {"uvtw": "#1f77b4", "uv": "#d62728", "ev": "#2ca02c", "event": "#9467bd",
+          "h2o": "#ff7f0e", "event-common": "#8c564b"}
 # Figures uvtw must report as zero (its contract), or the run is an error.
 CONTRACT = ("early_fires", "order_violations", "fifo_violations")
 
@@ -187,7 +214,7 @@ def find_bindir(arg):
     cands = [arg] if arg else [os.getcwd(), os.path.join(here, "..", "build-rel", "bench"),
                                os.path.join(here, "..", "build", "bench")]
     for d in cands:
-        if any(os.access(os.path.join(d, "bench_" + k), os.X_OK) for k, _ in BACKENDS):
+        if any(os.access(os.path.join(d, exe(k)), os.X_OK) for k, _ in BACKENDS):
             return os.path.abspath(d)
     sys.exit("run_bench.py: no bench_* executables%s; build first "
              "(meson setup build-rel -Dbuildtype=release && meson compile -C build-rel) "
@@ -200,7 +227,7 @@ def run(cmd, verbose):
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr.splitlines():
         # The executables' progress lines only with -v; anything else always.
-        if verbose or not re.match(r"^bench \w+: \w+, N=\d+, \d+ repeats$", line):
+        if verbose or not re.match(r"^bench [\w-]+: \w+, N=\d+, \d+ repeats$", line):
             print("  " + line, file=sys.stderr, flush=True)
     return proc.returncode, proc.stdout
 
@@ -233,13 +260,13 @@ def chart(res, backends, ns, path, subtitle):
               file=sys.stderr)
         return False
     tmp = tempfile.mkdtemp(prefix="uvtw-bench-")
-    term = "pngcairo size 1500,900 font ',11'"
+    term = "pngcairo size 1800,1250 font ',11'"
     if subprocess.run([gnuplot, "-e", "set terminal pngcairo"], stdout=subprocess.DEVNULL,
                       stderr=subprocess.DEVNULL).returncode != 0:
-        term = "png size 1500,900"
+        term = "png size 1800,1250"
     lo_x, hi_x = min(ns) / 2.5, max(ns) * 2.5
     script = ["set terminal %s" % term, "set output '%s'" % path,
-              "set multiplot layout 2,3 title \"CPU time per operation, median and min-max "
+              "set multiplot layout 3,4 title \"CPU time per operation, median and min-max "
               "(lower is better)\\n%s\" noenhanced" % subtitle.replace('"', "'"),
               "set logscale xy", "set grid",
               "set xrange [%g:%g]" % (lo_x, hi_x),
@@ -266,7 +293,7 @@ def chart(res, backends, ns, path, subtitle):
         else:
             script += ["set label 1 'not run' at graph 0.5,0.5 center",
                        "plot [%g:%g] [1:10] 0 notitle" % (lo_x, hi_x), "unset label 1"]
-    # The sixth panel holds the legend.
+    # The last panel holds the legend.
     script += ["unset title", "unset border", "unset tics", "unset grid", "unset xlabel",
                "unset ylabel", "unset logscale", "set xrange [0:1]", "set yrange [0:1]",
                "set key center center font ',13' spacing 1.6"]
@@ -295,9 +322,12 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="N = 10^4, 1 repetition, one repeat inside it (a smoke run)")
     ap.add_argument("--big", action="store_true", help="also N = 10^7 (about 4 GB of RAM)")
-    ap.add_argument("--backends", help="subset of uvtw,uv,ev,event (default: all built)")
-    ap.add_argument("--workloads", default="cancel,bump,expire,churn",
-                    help="subset of cancel,bump,expire,churn")
+    ap.add_argument("--backends",
+                    help="subset of uvtw,uv,ev,event,h2o,event-common (default: all built)")
+    ap.add_argument("--workloads", default="cancel,bump,expire,churn,server",
+                    help="subset of cancel,bump,expire,churn,server")
+    ap.add_argument("--server-second", metavar="MS",
+                    help="loop ms per server second in server (default 1000; 20 with --quick)")
     ap.add_argument("--seed", default="42", help="seed of the operation sequences")
     ap.add_argument("--csv", help="CSV of every figure (default BINDIR/bench.csv)")
     ap.add_argument("--chart", help="PNG chart (default BINDIR/chart.png)")
@@ -328,7 +358,7 @@ def main():
     for b, label in BACKENDS:
         if b not in wanted:
             continue
-        if os.access(os.path.join(bindir, "bench_" + b), os.X_OK):
+        if os.access(os.path.join(bindir, exe(b)), os.X_OK):
             backends.append(b)
         else:
             print("note: %s is left out: %s" % (label, MISSING_REASON[b]), file=sys.stderr)
@@ -339,20 +369,28 @@ def main():
     res = Samples()
     failed = []
     extra = ["--seed", args.seed] + (["--quick"] if args.quick else [])
+    if args.server_second:
+        extra += ["--server-second", args.server_second]
+    workloads = args.workloads.split(",")
     for i, n in enumerate(ns):
         for r in range(reps):
             k = (i + r) % len(backends)
             for b in backends[k:] + backends[:k]:
                 print("N = %s, repetition %d of %d: %s" % (pow10(n), r + 1, reps, LABEL[b]),
                       file=sys.stderr, flush=True)
-                rc, out = run([os.path.join(bindir, "bench_" + b), "--workloads",
-                               args.workloads, "--n", str(n)] + extra, args.verbose)
+                mine = [w for w in workloads
+                        if b not in FIXED_DURATIONS or w in FIXED_WORKLOADS]
+                if not mine:
+                    continue
+                rc, out = run([os.path.join(bindir, exe(b)), "--workloads",
+                               ",".join(mine), "--n", str(n)] + extra, args.verbose)
                 res.parse(out)
                 if rc:
                     failed.append("%s at N = %s (exit status %d)" % (b, pow10(n), rc))
     minutes = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds() / 60
 
-    versions = [res.info[(b, "version")] for b in backends if (b, "version") in res.info]
+    versions = list(dict.fromkeys(res.info[(b, "version")] for b in backends
+                                  if (b, "version") in res.info))
     machine = "%s, %d cores, %s; %s %s" % (cpu_model(), os.cpu_count() or 0, memory_gib(),
                                           platform.system(), platform.release())
     head = [
@@ -365,6 +403,10 @@ def main():
         "parentheses. ns = process CPU time per operation, every operation made from inside "
         "a loop callback." % (reps, "s" if reps > 1 else ""),
     ]
+    fixed = [LABEL[b] for b in backends if b in FIXED_DURATIONS]
+    if fixed:
+        head.append("%s keep one list per duration: they run bump and server only (- "
+                    "elsewhere)." % " and ".join(fixed))
     print("\n".join(head) + "\n\n" + table(res, backends, ns[-1]) + "\n")
 
     write_csv(res, csv_path)

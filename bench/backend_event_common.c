@@ -24,9 +24,6 @@ static struct {
 } durations[MAX_DURATIONS];
 static size_t n_durations;
 
-static struct event *timers;
-static size_t n_timers;
-
 static const struct timeval *common_timeout(uint64_t ms) {
   for (size_t d = 0; d < n_durations; d++)
     if (durations[d].ms == ms)
@@ -52,41 +49,11 @@ size_t backend_timer_bytes(const char **note) {
   return sizeof(struct event);
 }
 
-int backend_timers_alloc(size_t n) {
-  timers = malloc(n * sizeof *timers);
-  n_timers = n;
-  return timers ? 0 : -1;
-}
-
-void backend_timer_init(size_t i) {
-  evtimer_assign(&timers[i], bench_base, bench_event_cb, bench_event_arg(i, 0));
-}
-
-void backend_set_note(size_t i, uint32_t note) {
-  evtimer_assign(&timers[i], bench_base, bench_event_cb, bench_event_arg(i, note));
-}
-
-void backend_timers_close(void) {}
-
-void backend_timers_free(void) {
-  free(timers);
-  timers = NULL;
-  n_timers = 0;
-}
-
 void backend_start(size_t i, uint64_t timeout_ms) {
-  evtimer_add(&timers[i], common_timeout(timeout_ms));
+  evtimer_add(&bench_timers[i], common_timeout(timeout_ms));
 }
 
 /* evtimer_add on a pending event takes it off its queue and appends it. */
 void backend_restart(size_t i, uint64_t timeout_ms) {
-  evtimer_add(&timers[i], common_timeout(timeout_ms));
-}
-
-void backend_stop(size_t i) {
-  evtimer_del(&timers[i]);
-}
-
-int backend_active(size_t i) {
-  return evtimer_pending(&timers[i], NULL);
+  evtimer_add(&bench_timers[i], common_timeout(timeout_ms));
 }

@@ -6,6 +6,7 @@
 
 #include <event2/event_struct.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 struct event_base *bench_base;
 static struct event kick;
@@ -87,4 +88,36 @@ void backend_run(void) {
 int backend_wheel_stats(bench_wheel_stats_t *out) {
   (void)out;
   return -1;
+}
+
+/* ---- the timers, one struct event each (both backends) ------------------ */
+
+struct event *bench_timers;
+
+int backend_timers_alloc(size_t n) {
+  bench_timers = malloc(n * sizeof *bench_timers);
+  return bench_timers ? 0 : -1;
+}
+
+void backend_timer_init(size_t i) {
+  evtimer_assign(&bench_timers[i], bench_base, bench_event_cb, bench_event_arg(i, 0));
+}
+
+void backend_set_note(size_t i, uint32_t note) {
+  evtimer_assign(&bench_timers[i], bench_base, bench_event_cb, bench_event_arg(i, note));
+}
+
+void backend_timers_close(void) {}
+
+void backend_timers_free(void) {
+  free(bench_timers);
+  bench_timers = NULL;
+}
+
+void backend_stop(size_t i) {
+  evtimer_del(&bench_timers[i]);
+}
+
+int backend_active(size_t i) {
+  return evtimer_pending(&bench_timers[i], NULL);
 }

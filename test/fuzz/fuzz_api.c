@@ -62,7 +62,7 @@
  * and the uv_timer_t, which run in the timer phase, now and then any
  * operation: the manual wheel's pass then runs inside the timer phase, and
  * the loop wheel must tell that another wheel's pass is under way (WAIT and
- * COLLECTED, src/loop.c). Its time is real, so the model checks only what
+ * COLLECTED, src/core.c). Its time is real, so the model checks only what
  * does not depend on it: a callback runs only inside uv_run, for an active
  * timer, once per start or re-arm, never before its deadline; a timer is
  * active inside its callback exactly if it repeats; an iteration makes at

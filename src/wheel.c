@@ -34,15 +34,15 @@
  * their deadline and a cascade keeps the exact deadline.
  *
  * FIFO among equal deadlines: every entry carries its start order (`seq`),
- * and a level-0 slot, whose entries share one deadline, is kept in that
- * order. Entries are filed against the wheel's time and appended at a
- * slot's tail, and a cascade refiles a slot's entries in start order, so
- * an entry reaching level 0 nearly always belongs at the tail; the
- * exception is an entry a direct filing got ahead of, which walks back
- * past the few entries started after it. A slot is in start order unless
- * it holds postponed entries (below), whose start order is their restart's:
- * the cascade sorts such a slot first (a merge sort, O(k log k)), as k
- * entries postponed to one tick would otherwise walk back k^2 / 4 steps.
+ * and a level-0 slot, whose entries share one deadline, fires in that
+ * order. Entries are appended at a slot's tail. A new entry, started last,
+ * belongs there; a cascaded one may not (a direct filing got ahead of it,
+ * or it was postponed, below, and its slot holds entries in the order they
+ * were first filed, not restarted). Such a filing marks its level-0 slot
+ * unsorted, and the expiry sorts the slot (a merge sort: one walk if it is
+ * in order, O(k log k) if not) before the slot fires. So the sorting is
+ * spread over the passes that fire each millisecond, not done for a whole
+ * upper slot in the pass that cascades it.
  *
  * Postponing: a restart to a later deadline of an entry that waits on an
  * upper level leaves the entry where it is and only rewrites its deadline
@@ -132,18 +132,25 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
     w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
     wheel_node_t *head = &w->slots[index];
     unsigned level = wheel_level_of_slot(index);
-    if (level == 0) {
+    bool sort = level == 0 && (w->unsorted[index / 64] & ((uint64_t)1 << index % 64));
+    if (level == 0 && !sort) {
       list_splice(&w->expired, head);
       continue;
     }
-    /* Refiled against the slot's start, no entry comes back to this slot;
-     * in start order (see the top). */
+    /* An upper slot's entries are refiled against its start (none comes
+     * back to it); a level-0 slot marked unsorted fires in start order. */
     head->prev->next = NULL;
-    wheel_node_t *node = sort_by_seq(head->next);
+    wheel_node_t *node = head->next;
     list_init(head);
+    if (sort) {
+      w->unsorted[index / 64] &= ~((uint64_t)1 << index % 64);
+      node = sort_by_seq(node);
+    }
     while (node != NULL) {
       wheel_node_t *next = node->next;
-      if (wheel_file(w, node, true) < level)
+      if (sort)
+        list_append(&w->expired, node);
+      else if (wheel_file(w, node) < level)
         w->cascaded++;
       node = next;
     }
@@ -217,8 +224,9 @@ static const char *check_slot(const wheel_t *w, unsigned index, uint64_t *count)
     INVARIANT(level != 0 || node->deadline == start,
               "a level-0 entry is not in the slot its deadline names");
     INVARIANT(node->deadline >= start, "an entry is in a slot after its deadline");
-    INVARIANT(level != 0 || node->prev == head || node->seq >= node->prev->seq,
-              "a level-0 slot is out of start order");
+    INVARIANT(level != 0 || node->prev == head || node->seq >= node->prev->seq ||
+                  (w->unsorted[index / 64] & ((uint64_t)1 << index % 64)),
+              "a level-0 slot not marked unsorted is out of start order");
     INVARIANT(node->deadline >= head->deadline, "a slot's minimum is above one of its deadlines");
   }
   INVARIANT(head->next == head || head->deadline >= start, "a slot's minimum lies before the slot");

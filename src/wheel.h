@@ -32,6 +32,8 @@ typedef struct wheel_s {
   uint64_t next_seq; /* the next start order: inserts and postponements so far */
   /* Bit i set: slots[i] is not empty. */
   uint64_t occupied[WHEEL_SLOT_COUNT / 64];
+  /* Bit i set: level-0 slot i may be out of start order (see wheel.c). */
+  uint64_t unsorted[(1u << WHEEL_LEVEL0_BITS) / 64];
   /* Entries taken out of the slots by wheel_expire, in firing order. */
   wheel_node_t expired;
   /* A second walk along the expired list, from its tail towards the front
@@ -100,23 +102,23 @@ static inline void list_append(wheel_node_t *head, wheel_node_t *node) {
   head->prev = node;
 }
 
-/* Files a node whose deadline is >= the wheel's time; returns its level. A
- * new entry, started last, belongs at its slot's tail; only a cascaded one
- * (`refile`) may belong before entries started after it. */
-static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node, bool refile) {
+/* Files a node whose deadline is >= the wheel's time at its slot's tail;
+ * returns its level. A level-0 slot that gets an entry started before its
+ * tail is marked unsorted. */
+static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node) {
   unsigned level = wheel_level_of(node->deadline, w->now);
   unsigned index = wheel_slot_of(node->deadline, level);
   wheel_node_t *head = &w->slots[index];
   if (list_empty(head)) { /* its bit in `occupied` is clear */
     w->occupied[index / 64] |= (uint64_t)1 << index % 64;
     head->deadline = node->deadline;
-  } else if (node->deadline < head->deadline) {
-    head->deadline = node->deadline;
+  } else {
+    if (node->deadline < head->deadline)
+      head->deadline = node->deadline;
+    if (level == 0 && head->prev->seq > node->seq) /* a cascaded entry: see wheel.c */
+      w->unsorted[index / 64] |= (uint64_t)1 << index % 64;
   }
-  wheel_node_t *before = head; /* the node goes just before it */
-  while (refile && level == 0 && before->prev != head && before->prev->seq > node->seq)
-    before = before->prev; /* a postponed entry: see the top of wheel.c */
-  list_append(before, node);
+  list_append(head, node);
   return level;
 }
 
@@ -129,7 +131,7 @@ static inline bool wheel_node_linked(const wheel_node_t *node) {
 static inline void uvtw__wheel_insert(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
   node->deadline = deadline < w->now ? w->now : deadline;
   node->seq = w->next_seq++;
-  wheel_file(w, node, false);
+  wheel_file(w, node);
   w->count++;
 }
 

@@ -255,6 +255,40 @@ static void test_fifo_postponed(void) {
   tap_ok(uvtw__wheel_check(&w) == NULL, "postpone: the checker accepts the wheel");
 }
 
+/* Entries postponed in random order to one tick reach their level-0 slot
+ * in the order they were first filed: the slot is marked unsorted, and it
+ * fires in the order of the postponements. */
+static void test_postponed_to_one_tick(void) {
+  enum { N = 1000 };
+  static wheel_t w;
+  static entry_t e[N];
+  static unsigned order[N];
+  uvtw__wheel_init(&w, 0);
+  for (unsigned i = 0; i < N; i++) {
+    uvtw__wheel_insert(&w, &e[i].node, 8000); /* level 1 */
+    order[i] = i;
+  }
+  for (unsigned i = N - 1; i > 0; i--) { /* a random order of postponements */
+    unsigned j = (unsigned)rng_below(i + 1), t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+  int stayed = 0;
+  for (unsigned i = 0; i < N; i++)
+    stayed += uvtw__wheel_postpone(&w, &e[order[i]].node, 9000);
+  EXPECT_I64(stayed, N, "postponed to one tick: every entry stays on level 1");
+  uvtw__wheel_expire(&w, 8999); /* cascades them to level 0 */
+  tap_ok(uvtw__wheel_pop_expired(&w) == NULL && uvtw__wheel_check(&w) == NULL,
+         "postponed to one tick: none is due at 8999; the checker accepts the unsorted slot");
+  uvtw__wheel_expire(&w, 9000);
+  unsigned in_order = 0;
+  for (wheel_node_t *node; (node = uvtw__wheel_pop_expired(&w)) != NULL; in_order++)
+    if (node != &e[order[in_order]].node)
+      break;
+  EXPECT_I64(in_order, N, "postponed to one tick: all fire at 9000, in postponement order");
+  tap_ok(uvtw__wheel_check(&w) == NULL, "postponed to one tick: the checker accepts the wheel");
+}
+
 static void test_saturated(void) {
   static wheel_t w;
   entry_t e;
@@ -414,7 +448,7 @@ static void test_checker(void) {
       {"an entry in a slot after its deadline", slot_after_deadline,
        "an entry is in a slot after its deadline"},
       {"a level-0 slot out of start order", level0_out_of_start_order,
-       "a level-0 slot is out of start order"},
+       "a level-0 slot not marked unsorted is out of start order"},
       {"expired entries with one deadline out of start order", expired_out_of_start_order,
        "expired entries are out of deadline and start order"},
       {"a deadline before the wheel's time", deadline_before_now,
@@ -450,8 +484,13 @@ static void test_checker(void) {
 
 int main(int argc, char **argv) {
   static const tap_case_t cases[] = {
-      TAP_CASE(model),     TAP_CASE(fifo_across_levels), TAP_CASE(fifo_postponed),
-      TAP_CASE(saturated), TAP_CASE(remove_clears),      TAP_CASE(next_deadline_expired),
+      TAP_CASE(model),
+      TAP_CASE(fifo_across_levels),
+      TAP_CASE(fifo_postponed),
+      TAP_CASE(postponed_to_one_tick),
+      TAP_CASE(saturated),
+      TAP_CASE(remove_clears),
+      TAP_CASE(next_deadline_expired),
       TAP_CASE(checker),
   };
   const char *seed_env = getenv("UVTW_SEED");

@@ -15,8 +15,8 @@
 //             GET /metrics still 200.
 // prometheus  a real Prometheus (package prometheus; skipped, saying so,
 //             without it) scrapes the server, run as an operator would
-//             (--workers 2, no other flag), every second; the p99 lateness of the last 5 s summed over
-//             the workers,
+//             (--workers 2, no other flag), every second; the p99 lateness
+//             of the last 5 s summed over the workers,
 //               histogram_quantile(0.99, sum by (le)
 //                 (rate(uvtw_timer_lateness_seconds_bucket[5s])))
 //             is below 0.05 s on the quiet server and at least 0.2 s
@@ -31,7 +31,6 @@ const path = require('path');
 const t = require('./http_test_lib');
 
 const exe = process.argv[2];
-const only = process.argv.slice(3);
 const QUERY =
   'histogram_quantile(0.99, sum by (le) (rate(uvtw_timer_lateness_seconds_bucket[5s])))';
 
@@ -49,11 +48,6 @@ function samples(page) {
     out.push({ name: m[1], labels, value: Number(m[3]) });
   }
   return out;
-}
-
-function which(program) {
-  const r = spawnSync('sh', ['-c', `command -v ${program}`], { encoding: 'utf8' });
-  return r.status === 0 ? r.stdout.trim() : null;
 }
 
 async function casePage() {
@@ -88,13 +82,12 @@ async function casePage() {
   const fds = all.find((x) => x.name === 'process_open_fds');
   t.ok(rss && rss.value > 1e6 && fds && fds.value >= 4,
     `page: process_resident_memory_bytes ${rss && rss.value}, process_open_fds ${fds && fds.value}`);
-  s.proc.kill('SIGTERM');
-  await s.exited;
+  await t.stop(s);
   return r.body;
 }
 
 async function casePromtool(page) {
-  const promtool = which('promtool');
+  const promtool = t.which('promtool');
   if (promtool === null) {
     t.skip('promtool: check metrics', 'promtool not found (Debian package prometheus)');
     return;
@@ -119,8 +112,7 @@ async function caseShedding() {
   const all = samples(m.body);
   const shedding = all.find((x) => x.name === 'http_server_shedding');
   t.ok(shedding && shedding.value === 1, 'shedding: http_server_shedding is 1');
-  s.proc.kill('SIGTERM');
-  await s.exited;
+  await t.stop(s);
 }
 
 function freePort() {
@@ -143,7 +135,7 @@ async function query(promPort, expr) {
 }
 
 async function casePrometheus() {
-  const prometheus = which('prometheus');
+  const prometheus = t.which('prometheus');
   if (prometheus === null) {
     t.skip('prometheus: a real Prometheus scrapes /metrics', 'prometheus not found (Debian package prometheus)');
     return;
@@ -189,18 +181,16 @@ async function casePrometheus() {
     prom.kill('SIGTERM');
     await new Promise((done) => prom.on('exit', done));
     fs.rmSync(dir, { recursive: true, force: true });
-    s.proc.kill('SIGTERM');
-    await s.exited;
+    await t.stop(s);
   }
 }
 
 async function main() {
-  const want = (name) => only.length === 0 || only.some((o) => name.includes(o));
   let page = null;
-  if (want('page') || want('promtool')) page = await casePage();
-  if (want('promtool')) await casePromtool(page);
-  if (want('shedding')) await caseShedding();
-  if (want('prometheus')) await casePrometheus();
+  if (t.want('page') || t.want('promtool')) page = await casePage();
+  if (t.want('promtool')) await casePromtool(page);
+  if (t.want('shedding')) await caseShedding();
+  if (t.want('prometheus')) await casePrometheus();
 }
 
 t.run(main, 80000);

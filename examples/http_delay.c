@@ -1,4 +1,4 @@
-/* http_delay: see http_delay.h.
+/* http_delay: GET /delay?ms=N (see http_routes.h).
  *
  * The request is complete on the loop thread; a worker thread of libuv's
  * pool renders the answer and schedules its sending with uvtw_schedule, the
@@ -14,7 +14,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
 #endif
-#include "http_delay.h"
+#include "http_routes.h"
 
 #include <assert.h>
 #include <inttypes.h>

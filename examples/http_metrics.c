@@ -1,4 +1,4 @@
-/* http_metrics: GET /metrics for the example server (see http_metrics.h).
+/* http_metrics: GET /metrics for the example server (see http_server.h).
  *
  * The wheel's lateness histogram is a Prometheus histogram as it stands:
  * its buckets (uvtw_late_bucket_max, in ms) become the `le` bounds in
@@ -13,7 +13,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "http_metrics.h"
+#include "http_server.h"
 
 #include <dirent.h>
 #include <inttypes.h>

@@ -16,8 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http_delay.h"
-#include "http_metrics.h"
 
 #define DELAY_MAX 3600000       /* the longest /delay?ms=N, in ms */
 #define SPIN_MAX 10000          /* the longest /spin?ms=N, in ms */

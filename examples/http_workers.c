@@ -34,7 +34,6 @@
 
 #include <uv.h>
 
-#include "http_metrics.h"
 #include "http_workers.h"
 
 enum command { CMD_NONE, CMD_DRAIN, CMD_DROP };

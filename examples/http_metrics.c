@@ -10,10 +10,7 @@
  * the server's requests by status class, open connections, timeouts by
  * kind and shed requests, and the process's memory and descriptors under
  * the names Prometheus's own client libraries use. */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L
-#endif
-#include "http_server.h"
+#include "http_server.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 
 #include <dirent.h>
 #include <inttypes.h>

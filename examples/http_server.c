@@ -10,9 +10,10 @@
  * draws how they call each other. The server is a library (http_server.h)
  * whose state is one struct per loop: http_workers.c runs one per thread
  * for the program, and test_http_timeouts.c runs one on a manual clock. */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
-#endif
+#include "http_conn.h" /* first: uvtw.h asks for the POSIX uv.h needs */
+#include "http_routes.h"
+#include "http_timer.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -22,10 +23,6 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include "http_conn.h"
-#include "http_routes.h"
-#include "http_timer.h"
 
 #define ACCEPT_RETRY_MS 50 /* after a failed allocation at accept, or no descriptor */
 #define FD_BURST_MS 1000   /* running out of descriptors again within this is the same burst */

@@ -12,12 +12,10 @@
 #ifndef UVTW_EXAMPLES_HTTP_SERVER_H
 #define UVTW_EXAMPLES_HTTP_SERVER_H
 
+#include "uvtw.h" /* first: under -std=c11 it asks for the POSIX that uv.h needs */
+
 #include <stddef.h>
 #include <stdint.h>
-
-#include <uv.h>
-
-#include "uvtw.h"
 
 typedef struct http_server_s http_server_t;
 

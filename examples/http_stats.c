@@ -8,10 +8,7 @@
  * reserved words, fails the build until it has its line here, so that it
  * cannot be dropped from the sum or from /stats. GET /metrics
  * (http_metrics.c) reads the same structs. */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L
-#endif
-#include "http_conn.h"
+#include "http_conn.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 
 #include <inttypes.h>
 #include <stdarg.h>

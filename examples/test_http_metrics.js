@@ -11,8 +11,7 @@
 //             process_resident_memory_bytes and process_open_fds are there.
 // promtool    `promtool check metrics` finds no error and no warning in the
 //             page (skipped, saying so, without promtool).
-// shedding    --max-loop-delay 50: after a /spin?ms=300, GET / gets 503 and
-//             GET /metrics still 200.
+// (test_http_shed.js checks that /metrics answers while shedding.)
 // prometheus  a real Prometheus (package prometheus; skipped, saying so,
 //             without it) scrapes the server, run as an operator would
 //             (--workers 2, no other flag), every second; the p99 lateness
@@ -97,24 +96,6 @@ async function casePromtool(page) {
     'promtool: `promtool check metrics` finds no error and no warning', r.stdout + r.stderr);
 }
 
-async function caseShedding() {
-  const s = await t.startServer(exe, ['--bench-routes', '--max-loop-delay', '50']);
-  await t.get(s.port, '/spin?ms=300');
-  let shed = null;
-  const end = performance.now() + 3000;
-  while (performance.now() < end && (shed === null || shed.status !== 503)) {
-    shed = await t.get(s.port, '/');
-    if (shed.status !== 503) await t.sleep(50);
-  }
-  const m = await t.get(s.port, '/metrics');
-  t.ok(shed.status === 503 && m.status === 200,
-    `shedding: GET / gets ${shed.status} while GET /metrics gets ${m.status}`);
-  const all = samples(m.body);
-  const shedding = all.find((x) => x.name === 'http_server_shedding');
-  t.ok(shedding && shedding.value === 1, 'shedding: http_server_shedding is 1');
-  await t.stop(s);
-}
-
 function freePort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
@@ -189,7 +170,6 @@ async function main() {
   let page = null;
   if (t.want('page') || t.want('promtool')) page = await casePage();
   if (t.want('promtool')) await casePromtool(page);
-  if (t.want('shedding')) await caseShedding();
   if (t.want('prometheus')) await casePrometheus();
 }
 

@@ -6,9 +6,9 @@
 // shed         --max-loop-delay 50: a /spin?ms=300 blocks the loop; within
 //              the next second (the once-a-second check of the last
 //              second's p99) new requests get 503 with Retry-After: 10 and
-//              Connection: close, and the connection closes; /stats still
-//              answers 200 and says shedding=1, shed=N; once the loop is
-//              quiet for a second, 200 comes back (within 3 s).
+//              Connection: close, and the connection closes; /stats and
+//              /metrics still answer 200 and say shedding=1, shed=N; once
+//              the loop is quiet for a second, 200 comes back (within 3 s).
 // in_flight    a request whose first bytes came before the shedding began
 //              is answered 200 while new ones get 503.
 // off          without --max-loop-delay (the default, 0) no request gets
@@ -82,6 +82,9 @@ async function shed() {
     server.proc.kill('SIGKILL');
     return;
   }
+  const m = await t.get(server.port, '/metrics');
+  t.ok(m.status === 200 && /^http_server_shedding 1$/m.test(m.body),
+    `shed: GET /metrics answers ${m.status} meanwhile, with http_server_shedding 1`);
   t.eq(r.headers['retry-after'], '10', 'shed: the 503 says Retry-After: 10 (the default)');
   t.eq(r.headers.connection, 'close', 'shed: the 503 says Connection: close');
   t.eq(r.ended, 'end', 'shed: and the server closes the connection');

@@ -1,14 +1,16 @@
 'use strict';
 // Graceful shutdown (TAP). usage: node test_http_shutdown.js PATH/TO/http_server [CASE...]
 //        (the cases whose name contains an argument: drain, grace,
-//        second_signal, backlog; none: all; 2, 3 and 4 run on one worker,
-//        then on two, with requests in flight on both)
+//        second_signal, backlog; none: all; each runs on one worker, then
+//        on two, with requests in flight on both)
 //
-// 1. Drain: 100 clients each wait for GET /delay?ms=1000, one client has two
-//    such requests pipelined, 20 keep-alive clients are idle. On SIGTERM the
-//    server stops accepting, closes the idle ones at once, answers every
-//    request it had received in full (the last answer on each connection with
-//    `Connection: close`), and exits 0 when the last one is written.
+// 1. Drain: 100 clients (60 on two workers) each wait for GET
+//    /delay?ms=1000, one client has two such requests pipelined, 20
+//    keep-alive clients are idle. On SIGTERM the server stops accepting,
+//    closes the idle ones at once, answers every request it had received in
+//    full (the last answer on each connection with `Connection: close`), and
+//    exits 0 when the last one is written, its final stats summed over the
+//    workers.
 // 2. Grace period: requests that would take longer than --shutdown-grace are
 //    dropped when it ends; the server says how many and exits 0.
 // 3. A second signal during the drain exits at once (status 128 + the
@@ -26,11 +28,13 @@ const t = require('./http_test_lib');
 const exe = process.argv[2];
 const workersName = (what, n) => `${what}, ${n} worker${n > 1 ? 's' : ''}`;
 
-async function drain() {
+async function drain(workers) {
+  const T = workersName('drain', workers);
   const DELAY = 1000;
-  const BUSY = 100;
+  const BUSY = workers > 1 ? 60 : 100;
   const IDLE = 20;
-  const server = await t.startServer(exe, []);
+  const server = await t.startServer(exe, ['--workers', String(workers)]);
+  const before = await t.stats(server);
   const idle = await t.connectMany(server.port, IDLE, `GET / HTTP/1.1\r\n${t.H}\r\n`);
   await Promise.all(idle.map((c) => t.waitResponses(c)));
   const busy = await t.connectMany(server.port, BUSY, `GET /delay?ms=${DELAY} HTTP/1.1\r\n${t.H}\r\n`);
@@ -38,42 +42,41 @@ async function drain() {
   piped.sock.write(`GET /delay?ms=${DELAY} HTTP/1.1\r\n${t.H}\r\nGET /delay?ms=100 HTTP/1.1\r\n${t.H}\r\n`);
   // Every /delay request has been taken in (its task is on the wheel).
   const st = await t.waitStats(server, (s) => s.delay_scheduled >= BUSY + 1, 5000);
-  t.eq(st.delay_scheduled, BUSY + 1, `drain: the server holds ${BUSY + 1} /delay requests before the signal`);
+  t.eq(st.delay_scheduled, BUSY + 1, `${T}: the server holds ${BUSY + 1} /delay requests before the signal`);
+  if (workers > 1) t.bothTook(`${T}: requests in flight on both workers`, before, st);
+  t.eq(st.delay_fired, 0, `${T}: none answered yet`);
 
   const sig = performance.now();
   server.proc.kill('SIGTERM');
   await Promise.race([Promise.all(idle.map((c) => c.done)), t.sleep(DELAY / 2)]);
   const idleClosed = idle.filter((c) => c.ended === 'end' && c.endedAt - sig < DELAY / 2).length;
-  t.eq(idleClosed, IDLE, `drain: the ${IDLE} idle keep-alive connections are closed at once`);
-  t.eq(await t.refused(server.port), 'ECONNREFUSED', 'drain: new connections are refused');
+  t.eq(idleClosed, IDLE, `${T}: the ${IDLE} idle keep-alive connections are closed at once`);
+  t.eq(await t.refused(server.port), 'ECONNREFUSED', `${T}: new connections are refused`);
 
   await Promise.all([...busy, piped].map((c) => c.done));
   const exit = await server.exited;
-  let answered = 0;
-  let withClose = 0;
-  let cleanEnd = 0;
-  for (const c of busy) {
-    const r = t.parseResponses(c.data).responses;
-    if (r.length === 1 && r[0].status === 200 && r[0].body === `delayed ${DELAY} ms\n`) answered++;
-    if (r.length === 1 && r[0].headers.connection === 'close') withClose++;
-    if (c.ended === 'end') cleanEnd++;
-  }
-  t.eq(answered, BUSY, `drain: every request in flight answered (${answered} of ${BUSY})`);
-  t.eq(withClose, BUSY, 'drain: each answer says Connection: close');
-  t.eq(cleanEnd, BUSY, 'drain: each connection then closed cleanly');
+  const answered = busy.filter((c) => t.single(c)?.status === 200 && t.single(c).body === `delayed ${DELAY} ms\n`);
+  t.eq(answered.length, BUSY, `${T}: every request in flight answered (${answered.length} of ${BUSY})`);
+  t.eq(busy.filter((c) => t.single(c)?.headers.connection === 'close').length, BUSY,
+    `${T}: each answer says Connection: close`);
+  t.eq(busy.filter((c) => c.ended === 'end').length, BUSY, `${T}: each connection then closed cleanly`);
   const pr = t.parseResponses(piped.data).responses;
   t.ok(pr.length === 2 && pr[0].headers.connection === 'keep-alive' && pr[1].headers.connection === 'close' &&
     pr[1].body === 'delayed 100 ms\n',
-  'drain: a pipelined request received before the signal is answered too, the last answer closing',
+  `${T}: a pipelined request received before the signal is answered too, the last answer closing`,
   piped.data.toString('latin1'));
   const exitMs = exit.at - sig;
-  t.eq(exit.code, 0, 'drain: the server exits 0');
+  t.eq(exit.code, 0, `${T}: the server exits 0`);
   t.ok(exitMs < DELAY + 2000,
-    `drain: it exits once the last answer is written (${exitMs.toFixed(0)} ms after SIGTERM)`,
+    `${T}: it exits once the last answer is written (${exitMs.toFixed(0)} ms after SIGTERM)`,
     `expected < ${DELAY + 2000} ms`);
   const line = t.shutdownLine(server);
   t.ok(/ dropped 0 /.test(line) && new RegExp(`answered ${BUSY + 2} `).test(line),
-    `drain: the server reports ${BUSY + 2} answered, 0 dropped`, server.out);
+    `${T}: the server reports ${BUSY + 2} answered, 0 dropped`, server.out);
+  const final = /^stats (.*)$/m.exec(server.out);
+  const fin = final ? t.parseStats(final[1]) : {};
+  t.ok(fin.workers === workers && fin.delay_fired === BUSY + 2 && fin.open === 0,
+    `${T}: the final stats sum the workers (delay_fired=${fin.delay_fired}, open=${fin.open})`, server.out);
 }
 
 async function grace(workers) {
@@ -137,8 +140,7 @@ async function backlog(workers) {
 }
 
 async function main() {
-  if (t.want('drain')) await drain();
-  for (const [name, run] of Object.entries({ grace, second_signal: secondSignal, backlog })) {
+  for (const [name, run] of Object.entries({ drain, grace, second_signal: secondSignal, backlog })) {
     if (!t.want(name)) continue;
     await run(1);
     await run(2);

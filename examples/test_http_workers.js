@@ -10,13 +10,8 @@
 //               workers: each silent one gets 408 at headersTimeout, each
 //               idle one is closed at keepAliveTimeout, none early, and the
 //               summed counters say so.
-// drain         SIGTERM with /delay requests in flight on both workers and
-//               idle connections: the idle ones close at once, new
-//               connections are refused, every request in flight is
-//               answered (Connection: close), and the process exits 0 once
-//               the last answer is written, reporting them all.
-//               (test_http_shutdown.js runs its grace, second_signal and
-//               backlog cases on two workers too.)
+// (test_http_shutdown.js runs each of its cases on two workers too: the
+// drain, the grace period, a second signal, the backlog.)
 // usage         --workers 0 is refused.
 //
 // The kernel hashes each connection (its addresses and ports) to one of the
@@ -78,48 +73,9 @@ async function timeouts() {
   await t.stopOk(server, 'timeouts');
 }
 
-async function drain() {
-  const DELAY = 1000;
-  const BUSY = 60;
-  const IDLE = 20;
-  const server = await t.startServer(exe, WORKERS);
-  const before = await t.stats(server);
-  const idle = await t.connectMany(server.port, IDLE, `GET / HTTP/1.1\r\n${t.H}\r\n`);
-  await Promise.all(idle.map((c) => t.waitResponses(c)));
-  const busy = await t.connectMany(server.port, BUSY, `GET /delay?ms=${DELAY} HTTP/1.1\r\n${t.H}\r\n`);
-  const st = await t.waitStats(server, (s) => s.delay_scheduled >= BUSY, 5000);
-  t.eq(st.delay_scheduled, BUSY, `drain: the workers hold ${BUSY} /delay requests before the signal`);
-  t.bothTook('drain: requests in flight on both workers', before, st);
-  t.eq(st.delay_fired, 0, 'drain: none answered yet');
-
-  const sig = performance.now();
-  server.proc.kill('SIGTERM');
-  await Promise.race([Promise.all(idle.map((c) => c.done)), t.sleep(DELAY / 2)]);
-  const idleClosed = idle.filter((c) => c.ended === 'end' && c.endedAt - sig < DELAY / 2).length;
-  t.eq(idleClosed, IDLE, `drain: the ${IDLE} idle keep-alive connections are closed at once`);
-  t.eq(await t.refused(server.port), 'ECONNREFUSED', 'drain: new connections are refused');
-
-  await Promise.all(busy.map((c) => c.done));
-  const exit = await server.exited;
-  const answered = busy.filter((c) => t.single(c)?.status === 200 && t.single(c).body === `delayed ${DELAY} ms\n` &&
-    t.single(c).headers.connection === 'close' && c.ended === 'end').length;
-  t.eq(answered, BUSY, `drain: every request in flight answered with Connection: close, then a clean close (${answered} of ${BUSY})`);
-  t.eq(exit.code, 0, 'drain: the server exits 0');
-  const exitMs = exit.at - sig;
-  t.ok(exitMs < DELAY + 2000,
-    `drain: it exits once the last answer is written (${exitMs.toFixed(0)} ms after SIGTERM)`);
-  const line = t.shutdownLine(server);
-  t.ok(new RegExp(`answered ${BUSY} `).test(line) && / dropped 0 /.test(line),
-    `drain: the server reports ${BUSY} answered, 0 dropped, over both workers`, server.out);
-  const final = /^stats (.*)$/m.exec(server.out);
-  const fin = final ? t.parseStats(final[1]) : {};
-  t.ok(fin.workers === 2 && fin.delay_fired === BUSY && fin.open === 0,
-    `drain: the final stats sum both workers (delay_fired=${fin.delay_fired}, open=${fin.open})`, server.out);
-}
-
 async function usage() {
   const r = spawnSync(exe, ['--workers', '0'], { encoding: 'utf8', timeout: 5000 });
   t.eq(r.status, 2, 'usage: --workers 0 is refused with status 2');
 }
 
-t.run(() => t.runCases({ spread, timeouts, drain, usage }), 60000);
+t.run(() => t.runCases({ spread, timeouts, usage }), 60000);

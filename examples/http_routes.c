@@ -64,7 +64,7 @@ static void stats(conn_t *c) {
   conn_respond(c, 200, "OK", body, n, 0);
 }
 
-/* The Prometheus page (http_metrics.c) of this server, or of every worker
+/* The Prometheus page (http_stats.c) of this server, or of every worker
  * through the config's hook. */
 static void metrics(conn_t *c) {
   static const char no_memory[] = "no memory\n";

@@ -162,7 +162,7 @@ void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *
 size_t http_server_format_stats(const http_server_t *server, const http_server_stats_t *stats,
                                 char *out, size_t size);
 
-/* GET /metrics (http_metrics.c): the Prometheus text exposition format,
+/* GET /metrics (http_stats.c): the Prometheus text exposition format,
  * version 0.0.4, of `count` servers' stats, each series labelled
  * worker="i" when count > 1, followed by the process's resident memory and
  * open descriptors. Returns a malloc'd string of *len bytes (not

@@ -176,7 +176,7 @@ static size_t stats_line(http_server_t *server, void *arg, char *out, size_t siz
 }
 
 /* GET /metrics for the process: every worker's series, labelled worker="i"
- * when there are several (http_metrics.c). */
+ * when there are several (http_stats.c). */
 static char *metrics(http_server_t *server, void *arg, size_t *len) {
   worker_t *self = arg;
   http_server_stats_t *each = malloc(self->all->count * sizeof *each);

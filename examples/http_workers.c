@@ -1,18 +1,11 @@
 /* http_workers: the example server (http_server.c) on N loops, one per
- * thread, for the program (http_server_main.c).
+ * thread, for the program (see http_workers.h).
  *
- * Each worker thread has its own loop, wheel and server, listening on its
- * own socket bound to the one address with SO_REUSEPORT: the kernel spreads
- * new connections over the sockets by a hash of their addresses, and a
- * connection then lives on the worker that accepted it. Its timeouts run on
- * that worker's wheel, and its /delay answer is scheduled onto that wheel
- * from the thread pool (the server keeps one wheel per loop).
- *
- * The main thread owns the process: it binds the sockets, prints
- * "listening on HOST:PORT" once every worker listens, and handles SIGTERM
- * and SIGINT for all the workers as one: the first signal drains every
- * worker, a second one drops what is still in flight. Once every worker has
- * finished it prints the shutdown line and the final stats, summed.
+ * The kernel spreads new connections over the workers' sockets by a hash of
+ * their addresses, and a connection then lives on the worker that accepted
+ * it: its timeouts run on that worker's wheel, and its /delay answer is
+ * scheduled onto that wheel from the thread pool. The main thread owns the
+ * process: the sockets, the signals, the summary.
  *
  * The threads share three things, each under the worker's mutex: the
  * command the main thread posts (drain, drop), the stats a worker publishes

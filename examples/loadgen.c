@@ -40,6 +40,8 @@ static void on_server_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf
 
 static void on_server_output(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   lg_server_t *s = container_of(stream, lg_server_t, out);
+  const char *line;
+  char address[80], *colon; /* HOST:PORT, HOST maybe [IPv6] */
   (void)buf;
   if (nread < 0) {
     s->out_open = 0;
@@ -48,20 +50,13 @@ static void on_server_output(uv_stream_t *stream, ssize_t nread, const uv_buf_t 
   }
   s->out_len += (size_t)nread;
   s->out_buf[s->out_len] = '\0';
-  if (s->port == 0) {
-    const char *line = strstr(s->out_buf, "listening on ");
-    const char *colon, *eol;
-    if (line != NULL && (eol = strchr(line, '\n')) != NULL) {
-      line += strlen("listening on ");
-      colon = eol;
-      while (colon > line && *colon != ':')
-        colon--;
-      if (colon > line && (size_t)(colon - line) < sizeof s->host) {
-        memcpy(s->host, line, (size_t)(colon - line));
-        s->host[colon - line] = '\0';
-        s->port = atoi(colon + 1);
-      }
-    }
+  line = s->port == 0 ? strstr(s->out_buf, "listening on ") : NULL;
+  if (line != NULL && strchr(line, '\n') != NULL &&
+      sscanf(line, "listening on %79[^\n]", address) == 1 &&
+      (colon = strrchr(address, ':')) != NULL && (size_t)(colon - address) < sizeof s->host) {
+    memcpy(s->host, address, (size_t)(colon - address));
+    s->host[colon - address] = '\0';
+    s->port = atoi(colon + 1);
   }
 }
 

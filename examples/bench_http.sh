@@ -1,27 +1,41 @@
 #!/bin/sh
-# Requests/s and p99 latency of examples/http_server with uvtw timeouts versus
-# the same server on one uv_timer_t per timeout, under wrk, at 1 000 and
-# 10 000 keep-alive connections. Loopback only.
+# examples/http_server under wrk, as rows of a Markdown table: requests/s,
+# p50 and p99 latency, and the CPU the load generator (wrk) and the server
+# took, in cores (CPU seconds per second of the run: 1.00 is one core busy
+# throughout), with the load average before and after the runs, since the
+# machine may be shared. Each run lasts DURATION_S. Loopback only.
 #
-# usage: examples/bench_http.sh [BUILD_DIR] [DURATION_S] [ROUNDS]
-#        (defaults: build 10 2; needs wrk; raises ulimit -n to 20000 or its hard limit)
+# usage: examples/bench_http.sh [BUILD_DIR] [DURATION_S] [timers [ROUNDS]]
+#        (defaults: build 10; needs wrk, and node for the load table;
+#        WRK_THREADS, default 2; raises ulimit -n to 20000 or its hard limit)
 #
-# Every connection arms three timeouts per request (headers and request
-# timeouts at its first byte, stopped at the end of the head and of the
-# request; keep-alive when the response is written), so the timer work is a
-# start/stop churn of 3 timers per request over 1 000 or 10 000 pending ones.
-# Rounds alternate the two servers so drift on a shared machine hits both.
+# By default, the load table of examples/README.md: the server with 1 and 2
+# workers beside Node's http.Server (one process, node_http_server.js)
+# serving the same routes:
+#   keep-alive  GET /             at 200 connections
+#   delay       GET /delay?ms=50  at 1,000 connections
+# With `timers`: the server with uvtw timeouts against the same server on
+# one uv_timer_t per timeout (http_server_uvtimer), GET / at 1,000 and
+# 10,000 keep-alive connections, ROUNDS times (default 2). Every request
+# arms three timeouts (headers and request at its first byte, stopped at
+# the end of the head and of the request; keep-alive when the response is
+# written), so the timer work is a start/stop churn of 3 timers per request
+# over 1,000 or 10,000 pending ones. Rounds alternate the two servers so
+# that drift on a shared machine hits both.
 set -eu
 
 build=${1:-build}
 duration=${2:-10}
-rounds=${3:-2}
-servers="$build/examples/http_server $build/examples/http_server_uvtimer"
+mode=${3:-load}
+rounds=${4:-2}
 threads=${WRK_THREADS:-2}
+here=$(dirname "$0")
+ticks=$(getconf CLK_TCK)
 
 command -v wrk >/dev/null || { echo "bench_http.sh: wrk not found" >&2; exit 1; }
-for s in $servers; do
-  [ -x "$s" ] || { echo "bench_http.sh: $s not built" >&2; exit 1; }
+[ "$mode" = timers ] || command -v node >/dev/null || { echo "bench_http.sh: node not found" >&2; exit 1; }
+for s in http_server http_server_uvtimer; do
+  [ -x "$build/examples/$s" ] || { echo "bench_http.sh: $build/examples/$s not built" >&2; exit 1; }
 done
 
 hard=$(ulimit -Hn)
@@ -32,10 +46,24 @@ ulimit -n "$want"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# run SERVER CONNECTIONS -> "requests/s p99"
+# CPU ticks (user + system) of a live process.
+cpu_ticks() {
+  sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+}
+
+# The CPU seconds (user + system) of the shell's waited-for children so
+# far, from the second line of `times` written to a file (a command
+# substitution would run it in a subshell, whose children are others).
+children_seconds() {
+  awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); print u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$1"
+}
+
+# run NAME CONNS PATH COMMAND... -> one row of the table
 run() {
-  server=$1 conns=$2
-  "$server" --port 0 >"$tmp/out" &
+  name=$1 conns=$2 path=$3
+  shift 3
+  rm -f "$tmp/out" # else the wait below may read the last server's address
+  "$@" >"$tmp/out" &
   pid=$!
   i=0
   until grep -q '^listening on' "$tmp/out" 2>/dev/null; do
@@ -43,26 +71,52 @@ run() {
     sleep 0.05
   done
   addr=$(sed -n 's/^listening on //p' "$tmp/out")
-  wrk -t"$threads" -c"$conns" -d"${duration}s" --timeout 10s --latency "http://$addr/" \
+  server0=$(cpu_ticks $pid)
+  times >"$tmp/times0"
+  wrk -t"$threads" -c"$conns" -d"${duration}s" --timeout 10s --latency "http://$addr$path" \
     >"$tmp/wrk" 2>&1 || true
+  times >"$tmp/times1"
+  wrk0=$(children_seconds "$tmp/times0")
+  wrk1=$(children_seconds "$tmp/times1")
+  server1=$(cpu_ticks $pid)
   kill -TERM $pid
-  wait $pid || echo "server exit status $?" >&2
-  rps=$(awk '/^Requests\/sec:/ {print $2}' "$tmp/wrk")
-  p99=$(awk '$1 == "99%" {print $2}' "$tmp/wrk")
-  errs=$(awk '/Socket errors|Non-2xx/ {printf "%s ", $0}' "$tmp/wrk")
-  echo "$rps $p99 $errs"
+  wait $pid || echo "$name: server exit status $?" >&2
+  awk -v name="$name" -v conns="$conns" -v path="$path" -v d="$duration" \
+      -v wrk="$(echo "$wrk0 $wrk1" | awk '{print $2 - $1}')" \
+      -v srv="$(( server1 - server0 ))" -v hz="$ticks" '
+    /^Requests\/sec:/ { rps = $2 }
+    $1 == "50%" { p50 = $2 }
+    $1 == "99%" { p99 = $2 }
+    /Socket errors|Non-2xx/ { errs = errs " " $0 }
+    END {
+      printf "| %s | `%s` | %s | %s | %s | %s | %.2f | %.2f |%s\n", name, path, conns, rps, p50, p99,
+        wrk / d, srv / hz / d, errs
+    }' "$tmp/wrk"
 }
 
-printf '%-22s %6s %5s %12s %10s  %s\n' server conns round requests/s p99 errors
-for conns in 1000 10000; do
-  r=1
-  while [ $r -le "$rounds" ]; do
-    for s in $servers; do
-      run "$s" "$conns" >"$tmp/result"
-      read -r rps p99 errs <"$tmp/result" || true
-      printf '%-22s %6s %5s %12s %10s  %s\n' "$(basename "$s")" "$conns" "$r" "${rps:-?}" \
-        "${p99:-?}" "${errs:-}"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; wrk -t$threads, ${duration} s per run"
+echo
+echo "| server | route | connections | requests/s | p50 | p99 | wrk, cores | server, cores |"
+echo "|---|---|---|---|---|---|---|---|"
+if [ "$mode" = timers ]; then
+  for conns in 1000 10000; do
+    r=1
+    while [ $r -le "$rounds" ]; do
+      for s in http_server http_server_uvtimer; do
+        run "$s, round $r" "$conns" / "$build/examples/$s" --port 0
+      done
+      r=$((r + 1))
     done
-    r=$((r + 1))
   done
-done
+else
+  for w in 1 2; do
+    run "http_server --workers $w" 200 / "$build/examples/http_server" --port 0 --workers $w
+  done
+  run "Node $(node --version) http.Server" 200 / node "$here/node_http_server.js"
+  for w in 1 2; do
+    run "http_server --workers $w" 1000 "/delay?ms=50" "$build/examples/http_server" --port 0 --workers $w
+  done
+  run "Node $(node --version) http.Server" 1000 "/delay?ms=50" node "$here/node_http_server.js"
+fi
+echo
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include <uv.h>
 
@@ -42,16 +41,6 @@ typedef struct demo_s {
 
 static uv_loop_t *loop;
 
-static void on_mid_stats(lg_t *lg, const char *line) {
-  demo_t *d = lg->data;
-  snprintf(d->mid_stats, sizeof d->mid_stats, "%s", line != NULL ? line : "");
-}
-
-static void on_end_stats(lg_t *lg, const char *line) {
-  demo_t *d = lg->data;
-  snprintf(d->end_stats, sizeof d->end_stats, "%s", line != NULL ? line : "");
-}
-
 static void on_tick(lg_t *lg) {
   demo_t *d = lg->data;
   long rss = lg_server_rss_kib(&d->server);
@@ -59,19 +48,8 @@ static void on_tick(lg_t *lg) {
     d->rss_peak_kib = rss;
   if (!d->fetched_mid && lg_elapsed_ms(lg) >= LOAD_MS / 2) {
     d->fetched_mid = 1;
-    lg_fetch_stats(lg, on_mid_stats);
+    lg_fetch_stats(lg, d->mid_stats, sizeof d->mid_stats);
   }
-}
-
-static void raise_fd_limit(void) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < CLIENTS + 100)
-    fprintf(stderr, "demo: RLIMIT_NOFILE is %lu, %d connections need more: expect connect errors\n",
-            (unsigned long)rl.rlim_cur, CLIENTS);
 }
 
 /* A kind's row. The client cannot see when the server started a timeout,
@@ -90,10 +68,6 @@ static void print_kind_row(const lg_t *lg, int kind, const char *expect) {
          first, last, expect);
 }
 
-static long long stat_of(const char *line, const char *key) {
-  return lg_stat(line, key);
-}
-
 /* The word after `key=` in the stats line, or "?". */
 static const char *stat_word(const char *line, const char *key, char *out, size_t size) {
   const char *p = strstr(line, key);
@@ -110,22 +84,14 @@ static const char *stat_word(const char *line, const char *key, char *out, size_
 }
 
 static int run_one(const char *exe) {
-  const char *const args[] = {"--port",
-                              "0",
-                              "--headers-timeout",
-                              "2000",
-                              "--request-timeout",
-                              "4000",
-                              "--keep-alive-timeout",
-                              "1000",
-                              "--keep-alive-timeout-buffer",
-                              "0",
-                              NULL};
-  static uint8_t kinds[CLIENTS];
+  static const char args[] = "--port 0 --headers-timeout 2000 --request-timeout 4000 "
+                             "--keep-alive-timeout 1000 --keep-alive-timeout-buffer 0";
+  static const uint32_t count[LG_KINDS] = {
+      [LG_GOOD] = GOOD,           [LG_IDLE] = IDLE,           [LG_SILENT] = SILENT,
+      [LG_SLOWLORIS] = SLOWLORIS, [LG_SLOW_BODY] = SLOW_BODY, [LG_DELAY_ABORT] = ABORT};
   demo_t d;
   lg_config_t config;
   lg_t lg, fetch;
-  size_t n = 0, i;
   const char *final;
   uint64_t stop_started;
   long long open_peak, conn_bytes;
@@ -139,18 +105,6 @@ static int run_one(const char *exe) {
   }
   d.rss_base_kib = d.rss_peak_kib = lg_server_rss_kib(&d.server);
 
-  for (i = 0; i < GOOD; i++)
-    kinds[n++] = LG_GOOD;
-  for (i = 0; i < IDLE; i++)
-    kinds[n++] = LG_IDLE;
-  for (i = 0; i < SILENT; i++)
-    kinds[n++] = LG_SILENT;
-  for (i = 0; i < SLOWLORIS; i++)
-    kinds[n++] = LG_SLOWLORIS;
-  for (i = 0; i < SLOW_BODY; i++)
-    kinds[n++] = LG_SLOW_BODY;
-  for (i = 0; i < ABORT; i++)
-    kinds[n++] = LG_DELAY_ABORT;
   memset(&config, 0, sizeof config);
   config.host = d.server.host;
   config.port = d.server.port;
@@ -168,15 +122,14 @@ static int run_one(const char *exe) {
          "%d clients for %d s ==\n",
          exe, d.server.host, d.server.port, CLIENTS, LOAD_MS / 1000);
   fflush(stdout);
-  lg_init(&lg, loop, &config, kinds, n);
+  lg_init(&lg, loop, &config, count);
   lg.data = &d;
   lg.on_tick = on_tick;
   r = lg_run(&lg, LOAD_MS + 15000);
   printf("load ran %.1f s%s\n\n", lg_elapsed_ms(&lg) / 1000, r != 0 ? " (cut short)" : "");
 
-  lg_init(&fetch, loop, &config, NULL, 0);
-  fetch.data = &d;
-  lg_fetch_stats(&fetch, on_end_stats);
+  lg_init(&fetch, loop, &config, NULL);
+  lg_fetch_stats(&fetch, d.end_stats, sizeof d.end_stats);
   lg_run(&fetch, 5000);
   lg_free(&fetch);
 
@@ -200,36 +153,36 @@ static int run_one(const char *exe) {
   final = strstr(d.server.out_buf, "stats ");
   if (final == NULL)
     final = d.end_stats;
-  open_peak = stat_of(final, "open_peak");
-  conn_bytes = stat_of(final, "conn_bytes");
+  open_peak = lg_stat(final, "open_peak");
+  conn_bytes = lg_stat(final, "conn_bytes");
   {
     char timers[32], parser[32];
     printf("server (%s timers, %s parser)\n", stat_word(final, "timers", timers, sizeof timers),
            stat_word(final, "parser", parser, sizeof parser));
   }
-  printf("  requests served               %lld\n", stat_of(final, "requests"));
-  printf("  closed by keepAliveTimeout    %lld\n", stat_of(final, "closed_keepalive_timeout"));
-  printf("  closed by headersTimeout      %lld\n", stat_of(final, "closed_headers_timeout"));
-  printf("  closed by requestTimeout      %lld\n", stat_of(final, "closed_request_timeout"));
-  printf("  closed by the client          %lld\n", stat_of(final, "closed_by_peer"));
-  printf("  closed at shutdown            %lld\n", stat_of(final, "closed_shutdown"));
+  printf("  requests served               %lld\n", lg_stat(final, "requests"));
+  printf("  closed by keepAliveTimeout    %lld\n", lg_stat(final, "closed_keepalive_timeout"));
+  printf("  closed by headersTimeout      %lld\n", lg_stat(final, "closed_headers_timeout"));
+  printf("  closed by requestTimeout      %lld\n", lg_stat(final, "closed_request_timeout"));
+  printf("  closed by the client          %lld\n", lg_stat(final, "closed_by_peer"));
+  printf("  closed at shutdown            %lld\n", lg_stat(final, "closed_shutdown"));
   printf("  /delay tasks (worker threads) scheduled %lld, fired %lld, cancelled %lld\n",
-         stat_of(final, "delay_scheduled"), stat_of(final, "delay_fired"),
-         stat_of(final, "delay_cancelled"));
+         lg_stat(final, "delay_scheduled"), lg_stat(final, "delay_fired"),
+         lg_stat(final, "delay_cancelled"));
   if (strstr(final, "timers=uvtw") != NULL) /* the wheel's own count: the wheel line below */
     printf("  connection timeouts           %lld fired early (their lateness: the wheel's late "
            "max, below)\n",
-           stat_of(final, "early_fires"));
+           lg_stat(final, "early_fires"));
   else
     printf("  connection timeouts           %lld fired early; the latest ran %lld ms after its "
            "deadline\n",
-           stat_of(final, "early_fires"), stat_of(final, "late_max_ms"));
+           lg_stat(final, "early_fires"), lg_stat(final, "late_max_ms"));
   printf("  connections open at peak      %lld\n", open_peak);
   printf("  timers pending at peak        %lld (mid-run sample: %lld armed, %lld open)\n",
-         stat_of(final, "timers_armed_peak"), stat_of(d.mid_stats, "timers_armed"),
-         stat_of(d.mid_stats, "open"));
+         lg_stat(final, "timers_armed_peak"), lg_stat(d.mid_stats, "timers_armed"),
+         lg_stat(d.mid_stats, "open"));
   printf("  memory per connection         %lld B struct (3 timers x %lld B)", conn_bytes,
-         stat_of(final, "timer_bytes"));
+         lg_stat(final, "timer_bytes"));
   if (open_peak > 0 && d.rss_peak_kib > d.rss_base_kib)
     printf("; RSS %ld -> %ld KiB = %.0f B per open connection", d.rss_base_kib, d.rss_peak_kib,
            (double)(d.rss_peak_kib - d.rss_base_kib) * 1024.0 / (double)open_peak);
@@ -237,10 +190,10 @@ static int run_one(const char *exe) {
   printf("  wheel: started %lld, stopped %lld, fired %lld, cascaded %lld, wakeups %lld "
          "(wasted %lld), remote batches %lld, late max %lld ms (any callback the wheel ran, "
          "the /delay tasks from worker threads too)\n",
-         stat_of(final, "wheel_started"), stat_of(final, "wheel_stopped"),
-         stat_of(final, "wheel_fired"), stat_of(final, "wheel_cascaded"),
-         stat_of(final, "wheel_wakeups"), stat_of(final, "wheel_wasted_wakeups"),
-         stat_of(final, "wheel_remote_batches"), stat_of(final, "wheel_late_max_ms"));
+         lg_stat(final, "wheel_started"), lg_stat(final, "wheel_stopped"),
+         lg_stat(final, "wheel_fired"), lg_stat(final, "wheel_cascaded"),
+         lg_stat(final, "wheel_wakeups"), lg_stat(final, "wheel_wasted_wakeups"),
+         lg_stat(final, "wheel_remote_batches"), lg_stat(final, "wheel_late_max_ms"));
   printf("  SIGTERM -> exit status %" PRId64 "%s in %.0f ms\n\n", d.server.exit_status,
          d.server.term_signal ? " (killed)" : "", (double)(uv_hrtime() - stop_started) / 1e6);
   printf("raw: %s\n\n", final);
@@ -251,11 +204,14 @@ static int run_one(const char *exe) {
 
 int main(int argc, char **argv) {
   int i, failed = 0;
+  const char *why;
   if (argc < 2) {
     fprintf(stderr, "usage: %s PATH/TO/http_server [PATH/TO/another_server ...]\n", argv[0]);
     return 2;
   }
-  raise_fd_limit();
+  why = lg_raise_fd_limit(CLIENTS + 100);
+  if (why != NULL)
+    fprintf(stderr, "demo: %s: expect connect errors\n", why);
   loop = uv_default_loop();
   for (i = 1; i < argc; i++)
     failed |= run_one(argv[i]);

@@ -2,10 +2,7 @@
  * Requests on one connection are answered one at a time, in order: the
  * parser (http1.c) stops after each, and what the client pipelined waits
  * in `pending` until the answer is written. */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
-#endif
-#include "http_conn.h"
+#include "http_conn.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 
 #include <assert.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* http_delay: see http_delay.h.
+/* http_delay: GET /delay?ms=N (see http_routes.h).
  *
  * The request is complete on the loop thread; a worker thread of libuv's
  * pool renders the answer and schedules its sending with uvtw_schedule, the
@@ -11,10 +11,7 @@
  * until the answer's task has run, or its cancel has won, or it is known
  * never to have been scheduled. delay_drop gives back one hold; the last
  * frees the job, in the one place that does. */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
-#endif
-#include "http_delay.h"
+#include "http_routes.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 
 #include <assert.h>
 #include <inttypes.h>

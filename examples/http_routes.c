@@ -6,18 +6,12 @@
  * the other makes large answers, neither belongs on a server facing the
  * internet. While the loop lags (max_loop_delay) a new request gets 503,
  * except /stats and /metrics, which show the lag. */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
-#endif
-#include "http_routes.h"
+#include "http_routes.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "http_delay.h"
-#include "http_metrics.h"
 
 #define DELAY_MAX 3600000       /* the longest /delay?ms=N, in ms */
 #define SPIN_MAX 10000          /* the longest /spin?ms=N, in ms */
@@ -70,7 +64,7 @@ static void stats(conn_t *c) {
   conn_respond(c, 200, "OK", body, n, 0);
 }
 
-/* The Prometheus page (http_metrics.c) of this server, or of every worker
+/* The Prometheus page (http_stats.c) of this server, or of every worker
  * through the config's hook. */
 static void metrics(conn_t *c) {
   static const char no_memory[] = "no memory\n";

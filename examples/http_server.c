@@ -3,16 +3,15 @@
  * on a uvtw wheel. Run it with --help for the options and how it differs
  * from Node (the usage text is in http_server_main.c).
  *
- * This file is the server itself: its configuration, listening, accepting
- * (retried later without memory; the backlog taken in at shutdown), and
- * the shutdown. The connection is http_conn.c, the parsing http1.c,
- * what it answers http_routes.c; examples/README.md ("The server's files")
- * draws how they call each other. The server is a library (http_server.h)
- * whose state is one struct per loop: http_workers.c runs one per thread
- * for the program, and test_http_timeouts.c runs one on a manual clock. */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
-#endif
+ * This file is the server itself (the library of http_server.h): its
+ * configuration, listening, accepting (retried later without memory; the
+ * backlog taken in at shutdown), and the shutdown. The connection is
+ * http_conn.c, the parsing http1.c, what it answers http_routes.c;
+ * examples/README.md ("The server's files") draws how they call each other. */
+#include "http_conn.h" /* first: uvtw.h asks for the POSIX uv.h needs */
+#include "http_routes.h"
+#include "http_timer.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -22,10 +21,6 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include "http_conn.h"
-#include "http_routes.h"
-#include "http_timer.h"
 
 #define ACCEPT_RETRY_MS 50 /* after a failed allocation at accept, or no descriptor */
 #define FD_BURST_MS 1000   /* running out of descriptors again within this is the same burst */

@@ -12,12 +12,10 @@
 #ifndef UVTW_EXAMPLES_HTTP_SERVER_H
 #define UVTW_EXAMPLES_HTTP_SERVER_H
 
+#include "uvtw.h" /* first: under -std=c11 it asks for the POSIX that uv.h needs */
+
 #include <stddef.h>
 #include <stdint.h>
-
-#include <uv.h>
-
-#include "uvtw.h"
 
 typedef struct http_server_s http_server_t;
 
@@ -163,5 +161,14 @@ void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *
  * the server's configuration. Returns its length, less than size. */
 size_t http_server_format_stats(const http_server_t *server, const http_server_stats_t *stats,
                                 char *out, size_t size);
+
+/* GET /metrics (http_stats.c): the Prometheus text exposition format,
+ * version 0.0.4, of `count` servers' stats, each series labelled
+ * worker="i" when count > 1, followed by the process's resident memory and
+ * open descriptors. Returns a malloc'd string of *len bytes (not
+ * terminated), or NULL without memory. Any thread: it reads only what it
+ * is given and /proc/self. */
+#define HTTP_METRICS_TYPE "text/plain; version=0.0.4; charset=utf-8" /* its Content-Type */
+char *http_metrics_format(const http_server_stats_t *stats, unsigned count, size_t *len);
 
 #endif

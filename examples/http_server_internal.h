@@ -6,8 +6,6 @@
 #ifndef UVTW_EXAMPLES_HTTP_SERVER_INTERNAL_H
 #define UVTW_EXAMPLES_HTTP_SERVER_INTERNAL_H
 
-#include <uv.h>
-
 #include "http1.h"
 #include "http_loop_watch.h"
 #include "http_server.h"

@@ -3,9 +3,8 @@
  * configuration and runs it on --workers loops, one per thread, each with a
  * wheel on its loop's clock (http_workers.c), until a signal has shut them
  * down. */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L /* uv.h needs POSIX types under -std=c11 */
-#endif
+#include "http_workers.h" /* first: uvtw.h asks for the POSIX uv.h needs */
+
 #include <errno.h>
 #include <signal.h>
 #include <stdint.h>
@@ -13,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-
-#include "http_workers.h"
 
 /* In parts: a C string literal may be longer than compilers must support. */
 static const char *const usage_text[] = {

@@ -3,11 +3,13 @@
 // examples/http_server on a free loopback port, raw-socket exchanges, parsing
 // responses, and the server's /stats. Loopback only; everything is bounded in
 // time by the callers' deadlines.
-const { spawn } = require('child_process');
+const { spawn, spawnSync } = require('child_process');
+const fs = require('fs');
 const net = require('net');
 const http = require('http');
 
 const HOST = '127.0.0.1';
+const H = `Host: ${HOST}\r\n`;
 
 // ---- TAP ----------------------------------------------------------------
 let count = 0;
@@ -61,7 +63,31 @@ function run(main, deadlineMs) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// The script's cases to run: those whose name contains an argument after
+// the server's path (none: all).
+const only = process.argv.slice(3);
+const want = (name) => only.length === 0 || only.some((o) => name.includes(o));
+
+// Runs the functions of `cases` that `want` selects, in order.
+async function runCases(cases) {
+  const chosen = Object.keys(cases).filter(want);
+  if (chosen.length === 0) throw new Error(`no case matches ${only.join(' ')}; cases: ${Object.keys(cases).join(' ')}`);
+  for (const name of chosen) await cases[name]();
+}
+
+// The path of `program` on PATH, or null.
+function which(program) {
+  const r = spawnSync('sh', ['-c', `command -v ${program}`], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : null;
+}
+
 // ---- The server ---------------------------------------------------------
+
+// CPU seconds (user + system) the process has used so far.
+function cpuSeconds(pid) {
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ 100)
+}
 
 // Starts the server (`prefix` runs it through another program, e.g. a shell
 // that lowers a limit) and resolves once it printed its port.
@@ -94,6 +120,24 @@ function startServer(exe, args, prefix = []) {
   });
 }
 
+// Sends SIGTERM; resolves the exit ({ code, signal, at }).
+function stop(server) {
+  server.proc.kill('SIGTERM');
+  return server.exited;
+}
+
+// Sends SIGTERM and checks that the server exits 0.
+async function stopOk(server, name) {
+  eq((await stop(server)).code, 0, `${name}: the server exits 0 on SIGTERM`);
+}
+
+// The server's `shutdown: ...` line, shown as a diagnostic ('' if none).
+function shutdownLine(server) {
+  const m = /^shutdown: .*$/m.exec(server.out);
+  diag(m ? m[0] : 'no shutdown line');
+  return m ? m[0] : '';
+}
+
 // GET on a fresh connection (no agent): resolves { status, type, body, ms },
 // or { status: 0, error, ms } if the request failed or took over `timeoutMs`.
 function get(port, pathname, timeoutMs = 5000) {
@@ -112,11 +156,13 @@ function get(port, pathname, timeoutMs = 5000) {
   });
 }
 
-// GET /stats on a fresh connection: the counters as numbers by name.
+// GET /stats on a fresh connection: the counters as numbers by name, and
+// `fetch`, how many /stats connections the test has made to the server.
 async function stats(server) {
   const r = await get(server.port, '/stats');
   if (r.status !== 200) throw new Error(`GET /stats: ${r.error || r.status}`);
-  return parseStats(r.body);
+  server.fetches = (server.fetches || 0) + 1;
+  return { ...parseStats(r.body), fetch: server.fetches };
 }
 
 function parseStats(line) {
@@ -126,6 +172,19 @@ function parseStats(line) {
     if (i > 0) out[kv.slice(0, i)] = /^\d+$/.test(kv.slice(i + 1)) ? Number(kv.slice(i + 1)) : kv.slice(i + 1);
   }
   return out;
+}
+
+// Whether both workers of a --workers 2 server took some of the
+// connections made between the /stats `before` and `st`: each worker's
+// accepted count grew by more than the /stats fetches made since `before`
+// alone could make it grow (each fetch is a connection one worker accepts).
+function bothTook(name, before, st) {
+  const b = String(before.worker_accepted).split(',').map(Number);
+  const grown = String(st.worker_accepted).split(',').map((a, i) => Number(a) - b[i]);
+  const fetches = st.fetch - before.fetch;
+  ok(grown.length === 2 && grown.every((n) => n > fetches),
+    `${name} (they accepted ${grown.join(' and ')} connections; the /stats fetches make at most ${fetches})`,
+    `expected each worker to accept more than ${fetches}; worker_accepted was ${before.worker_accepted}, then ${st.worker_accepted}`);
 }
 
 // Polls /stats until `pred(stats)` holds or `ms` passed; returns the last stats.
@@ -190,6 +249,26 @@ function waitData(c, pred) {
   });
 }
 
+// `n` connections, each sent `text` (if any) once connected.
+async function connectMany(port, n, text) {
+  const cs = [];
+  for (let i = 0; i < n; i++) {
+    const c = await connect(port);
+    if (text) c.sock.write(text);
+    cs.push(c);
+  }
+  return cs;
+}
+
+// Resolves how a connect ends: 'connected', or the error code.
+function refused(port) {
+  return new Promise((resolve) => {
+    const s = net.connect({ host: HOST, port });
+    s.on('connect', () => { s.destroy(); resolve('connected'); });
+    s.on('error', (e) => resolve(e.code));
+  });
+}
+
 // Sends `text`, optionally half-closes, and waits for the server to end the
 // connection. Returns { data, ended, ms }.
 async function exchange(port, text, { halfClose = false, timeoutMs = 5000 } = {}) {
@@ -232,7 +311,17 @@ function parseResponses(buf, methods = []) {
   return { responses: out, rest: buf.slice(off) };
 }
 
+// The response a connection received if it received exactly one, else null.
+function single(c, methods) {
+  const r = parseResponses(c.data, methods).responses;
+  return r.length === 1 ? r[0] : null;
+}
+
+// Resolves once `c` has `n` complete responses (or ended).
+const waitResponses = (c, n = 1) => waitData(c, (d) => parseResponses(d).responses.length >= n);
+
 module.exports = {
-  HOST, ok, eq, skip, diag, run, sleep, startServer, get, stats, parseStats, waitStats, connect,
-  waitData, exchange, parseResponses,
+  HOST, H, ok, eq, skip, diag, run, sleep, want, runCases, which, cpuSeconds, startServer, stop, stopOk,
+  shutdownLine, get, stats, parseStats, waitStats, bothTook, connect, connectMany, refused, waitData, exchange,
+  parseResponses, single, waitResponses,
 };

@@ -1,18 +1,11 @@
 /* http_workers: the example server (http_server.c) on N loops, one per
- * thread, for the program (http_server_main.c).
+ * thread, for the program (see http_workers.h).
  *
- * Each worker thread has its own loop, wheel and server, listening on its
- * own socket bound to the one address with SO_REUSEPORT: the kernel spreads
- * new connections over the sockets by a hash of their addresses, and a
- * connection then lives on the worker that accepted it. Its timeouts run on
- * that worker's wheel, and its /delay answer is scheduled onto that wheel
- * from the thread pool (the server keeps one wheel per loop).
- *
- * The main thread owns the process: it binds the sockets, prints
- * "listening on HOST:PORT" once every worker listens, and handles SIGTERM
- * and SIGINT for all the workers as one: the first signal drains every
- * worker, a second one drops what is still in flight. Once every worker has
- * finished it prints the shutdown line and the final stats, summed.
+ * The kernel spreads new connections over the workers' sockets by a hash of
+ * their addresses, and a connection then lives on the worker that accepted
+ * it: its timeouts run on that worker's wheel, and its /delay answer is
+ * scheduled onto that wheel from the thread pool. The main thread owns the
+ * process: the sockets, the signals, the summary.
  *
  * The threads share three things, each under the worker's mutex: the
  * command the main thread posts (drain, drop), the stats a worker publishes
@@ -34,7 +27,6 @@
 
 #include <uv.h>
 
-#include "http_metrics.h"
 #include "http_workers.h"
 
 enum command { CMD_NONE, CMD_DRAIN, CMD_DROP };
@@ -177,7 +169,7 @@ static size_t stats_line(http_server_t *server, void *arg, char *out, size_t siz
 }
 
 /* GET /metrics for the process: every worker's series, labelled worker="i"
- * when there are several (http_metrics.c). */
+ * when there are several (http_stats.c). */
 static char *metrics(http_server_t *server, void *arg, size_t *len) {
   worker_t *self = arg;
   http_server_stats_t *each = malloc(self->all->count * sizeof *each);

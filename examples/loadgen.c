@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 #define MS 1000000ull
@@ -39,6 +40,8 @@ static void on_server_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf
 
 static void on_server_output(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   lg_server_t *s = container_of(stream, lg_server_t, out);
+  const char *line;
+  char address[80], *colon; /* HOST:PORT, HOST maybe [IPv6] */
   (void)buf;
   if (nread < 0) {
     s->out_open = 0;
@@ -47,20 +50,13 @@ static void on_server_output(uv_stream_t *stream, ssize_t nread, const uv_buf_t 
   }
   s->out_len += (size_t)nread;
   s->out_buf[s->out_len] = '\0';
-  if (s->port == 0) {
-    const char *line = strstr(s->out_buf, "listening on ");
-    const char *colon, *eol;
-    if (line != NULL && (eol = strchr(line, '\n')) != NULL) {
-      line += strlen("listening on ");
-      colon = eol;
-      while (colon > line && *colon != ':')
-        colon--;
-      if (colon > line && (size_t)(colon - line) < sizeof s->host) {
-        memcpy(s->host, line, (size_t)(colon - line));
-        s->host[colon - line] = '\0';
-        s->port = atoi(colon + 1);
-      }
-    }
+  line = s->port == 0 ? strstr(s->out_buf, "listening on ") : NULL;
+  if (line != NULL && strchr(line, '\n') != NULL &&
+      sscanf(line, "listening on %79[^\n]", address) == 1 &&
+      (colon = strrchr(address, ':')) != NULL && (size_t)(colon - address) < sizeof s->host) {
+    memcpy(s->host, address, (size_t)(colon - address));
+    s->host[colon - address] = '\0';
+    s->port = atoi(colon + 1);
   }
 }
 
@@ -68,27 +64,30 @@ static void on_wait_timer(uv_timer_t *timer) {
   *(int *)timer->data = 1;
 }
 
-int lg_server_start(uv_loop_t *loop, lg_server_t *s, const char *exe, const char *const *args) {
+/* Appends the space-separated words of `text` (split in place) to argv. */
+static int split_words(char *text, char **argv, int argc, int max) {
+  char *word, *save;
+  for (word = strtok_r(text, " ", &save); word != NULL && argc < max;
+       word = strtok_r(NULL, " ", &save))
+    argv[argc++] = word;
+  return argc;
+}
+
+int lg_server_start(uv_loop_t *loop, lg_server_t *s, const char *exe, const char *args) {
   char *argv[64];
-  char *wrapper = NULL;
-  int argc = 0, r, timed_out = 0;
+  char wrapper[512], words[512];
+  int argc, r, timed_out = 0;
   uv_process_options_t options;
   uv_stdio_container_t stdio[3];
   uv_timer_t wait_timer;
   const char *env = getenv("HTTP_SERVER_WRAPPER");
 
   memset(s, 0, sizeof *s);
-  if (env != NULL && *env != '\0') {
-    char *word, *save;
-    wrapper = strdup(env);
-    for (word = strtok_r(wrapper, " ", &save); word != NULL && argc < 40;
-         word = strtok_r(NULL, " ", &save))
-      argv[argc++] = word;
-  }
+  snprintf(wrapper, sizeof wrapper, "%s", env != NULL ? env : "");
+  snprintf(words, sizeof words, "%s", args);
+  argc = split_words(wrapper, argv, 0, 40);
   argv[argc++] = (char *)exe;
-  while (args != NULL && *args != NULL && argc < 62)
-    argv[argc++] = (char *)*args++;
-  argv[argc] = NULL;
+  argv[split_words(words, argv, argc, 63)] = NULL;
 
   uv_pipe_init(loop, &s->out, 0);
   memset(&options, 0, sizeof options);
@@ -103,7 +102,6 @@ int lg_server_start(uv_loop_t *loop, lg_server_t *s, const char *exe, const char
   options.stdio = stdio;
   options.stdio_count = 3;
   r = uv_spawn(loop, &s->process, &options);
-  free(wrapper);
   if (r != 0) {
     uv_close((uv_handle_t *)&s->out, NULL);
     uv_close((uv_handle_t *)&s->process, NULL);
@@ -180,6 +178,24 @@ long long lg_stat(const char *line, const char *key) {
   return -1;
 }
 
+const char *lg_raise_fd_limit(unsigned long needed) {
+  static char why[128];
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    return "getrlimit(RLIMIT_NOFILE) failed";
+  if (rl.rlim_cur >= needed)
+    return NULL;
+  if (rl.rlim_max < needed)
+    rl.rlim_max = needed; /* only root may raise the hard limit */
+  rl.rlim_cur = needed;
+  if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+    snprintf(why, sizeof why, "RLIMIT_NOFILE cannot be raised to %lu (hard limit %lu)", needed,
+             (unsigned long)rl.rlim_max);
+    return why;
+  }
+  return NULL;
+}
+
 /* ---- Clients ---------------------------------------------------------------- */
 
 enum client_state {
@@ -195,8 +211,9 @@ struct lg_client_s {
   uv_timer_t timer;
   uv_connect_t connect_req;
   lg_t *lg;
-  lg_stats_cb stats_cb; /* a /stats fetch not yet answered */
-  uint8_t is_fetch;     /* a /stats fetch, not one of the run's clients */
+  char *stats_out; /* a /stats fetch not yet answered: where its line goes */
+  size_t stats_size;
+  uint8_t is_fetch; /* a /stats fetch, not one of the run's clients */
   uint8_t kind;
   uint8_t state;
   uint8_t closed_by_us;
@@ -268,12 +285,11 @@ static void check_finished(lg_t *lg) {
   }
 }
 
-/* Hands the /stats line (NULL: failed) to the fetch's callback, once. */
+/* Writes the /stats line (NULL: failed) where the fetch wants it, once. */
 static void fetch_answer(lg_client_t *c, const char *line) {
-  lg_stats_cb cb = c->stats_cb;
-  c->stats_cb = NULL;
-  if (cb != NULL)
-    cb(c->lg, line);
+  if (c->stats_out != NULL)
+    snprintf(c->stats_out, c->stats_size, "%s", line != NULL ? line : "");
+  c->stats_out = NULL;
 }
 
 static void on_client_closed(uv_handle_t *handle) {
@@ -464,6 +480,15 @@ static void on_client_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *b
   parse_responses(c);
 }
 
+/* What each kind sends once connected (good clients: good_send_request);
+ * the Host is the server's address. */
+static const char stats_request[] = "GET /stats HTTP/1.1\r\nHost: %s\r\n\r\n";
+static const char *const first_request[LG_KINDS] = {
+    [LG_IDLE] = "GET / HTTP/1.1\r\nHost: %s\r\n\r\n",
+    [LG_SLOWLORIS] = "GET / HTTP/1.1\r\nHost: %s\r\n",
+    [LG_SLOW_BODY] = "POST /upload HTTP/1.1\r\nHost: %s\r\nContent-Length: 100000\r\n\r\n",
+    [LG_DELAY_ABORT] = "GET /delay?ms=5000 HTTP/1.1\r\nHost: %s\r\n\r\n"};
+
 static void on_connected(uv_connect_t *req, int status) {
   lg_client_t *c = req->data;
   lg_t *lg = c->lg;
@@ -492,41 +517,20 @@ static void on_connected(uv_connect_t *req, int status) {
       lg->open_peak = lg->open;
   }
   uv_read_start((uv_stream_t *)&c->tcp, on_client_alloc, on_client_read);
-  if (ks == NULL) {
-    n = snprintf(head, sizeof head, "GET /stats HTTP/1.1\r\nHost: %s\r\n\r\n", lg->config.host);
-    client_send(c, head, (size_t)n);
+  if (c->kind == LG_GOOD && ks != NULL) {
+    good_send_request(c);
     return;
   }
-  switch (c->kind) {
-  case LG_GOOD:
-    good_send_request(c);
-    break;
-  case LG_IDLE:
-    n = snprintf(head, sizeof head, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", lg->config.host);
+  if (ks == NULL || first_request[c->kind] != NULL) {
+    n = snprintf(head, sizeof head, ks == NULL ? stats_request : first_request[c->kind],
+                 lg->config.host);
     c->t_sent = uv_hrtime(); /* before the write: the server may answer before it returns */
     client_send(c, head, (size_t)n);
-    break;
-  case LG_SILENT:
-    break;
-  case LG_SLOWLORIS:
-    n = snprintf(head, sizeof head, "GET / HTTP/1.1\r\nHost: %s\r\n", lg->config.host);
-    client_send(c, head, (size_t)n);
-    uv_timer_start(&c->timer, on_trickle, lg->config.trickle_ms, lg->config.trickle_ms);
-    break;
-  case LG_SLOW_BODY:
-    n = snprintf(head, sizeof head,
-                 "POST /upload HTTP/1.1\r\nHost: %s\r\nContent-Length: 100000\r\n\r\n",
-                 lg->config.host);
-    client_send(c, head, (size_t)n);
-    uv_timer_start(&c->timer, on_trickle, lg->config.trickle_ms, lg->config.trickle_ms);
-    break;
-  case LG_DELAY_ABORT:
-    n = snprintf(head, sizeof head, "GET /delay?ms=5000 HTTP/1.1\r\nHost: %s\r\n\r\n",
-                 lg->config.host);
-    client_send(c, head, (size_t)n);
-    uv_timer_start(&c->timer, on_abort_timer, lg->config.abort_after_ms, 0);
-    break;
   }
+  if (ks != NULL && (c->kind == LG_SLOWLORIS || c->kind == LG_SLOW_BODY))
+    uv_timer_start(&c->timer, on_trickle, lg->config.trickle_ms, lg->config.trickle_ms);
+  else if (ks != NULL && c->kind == LG_DELAY_ABORT)
+    uv_timer_start(&c->timer, on_abort_timer, lg->config.abort_after_ms, 0);
 }
 
 static void client_start_connect(lg_client_t *c) {
@@ -606,10 +610,12 @@ static void on_tick(uv_timer_t *timer) {
   check_finished(lg);
 }
 
-int lg_init(lg_t *lg, uv_loop_t *loop, const lg_config_t *config, const uint8_t *kinds,
-            size_t count) {
-  size_t i;
+int lg_init(lg_t *lg, uv_loop_t *loop, const lg_config_t *config, const uint32_t *count_of) {
+  size_t i, count = 0;
+  uint8_t k;
   memset(lg, 0, sizeof *lg);
+  for (k = 0; count_of != NULL && k < LG_KINDS; k++)
+    count += count_of[k];
   lg->loop = loop;
   lg->config = *config;
   if (lg->config.connects_in_flight == 0)
@@ -621,26 +627,28 @@ int lg_init(lg_t *lg, uv_loop_t *loop, const lg_config_t *config, const uint8_t 
   lg->count = count;
   for (i = 0; i < LG_KINDS; i++)
     lg->kind[i].lower_min_ns = UINT64_MAX;
-  for (i = 0; i < count; i++) {
+  for (i = 0, k = 0; i < count; i++) {
+    while (lg->kind[k].clients == count_of[k]) /* the clients of each kind in turn */
+      k++;
     lg->clients[i].lg = lg;
-    lg->clients[i].kind = kinds[i];
+    lg->clients[i].kind = k;
     lg->clients[i].state = CS_WAITING;
-    lg->kind[kinds[i]].clients++;
+    lg->kind[k].clients++;
   }
   uv_timer_init(loop, &lg->tick);
   lg->tick.data = lg;
   return 0;
 }
 
-void lg_fetch_stats(lg_t *lg, lg_stats_cb cb) {
+void lg_fetch_stats(lg_t *lg, char *out, size_t size) {
   lg_client_t *c = calloc(1, sizeof *c);
-  if (c == NULL) {
-    cb(lg, NULL);
+  snprintf(out, size, "%s", "");
+  if (c == NULL)
     return;
-  }
   c->lg = lg;
   c->is_fetch = 1;
-  c->stats_cb = cb;
+  c->stats_out = out;
+  c->stats_size = size;
   lg->extra_open++;
   client_start_connect(c);
 }

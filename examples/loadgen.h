@@ -31,11 +31,12 @@ typedef struct lg_server_s {
   char out_buf[8192]; /* everything it printed on stdout */
 } lg_server_t;
 
-/* Spawns `exe args...` (args NULL-terminated) with stdout piped, and runs the
- * loop until it prints `listening on HOST:PORT` (or exits, or 10 s pass).
- * If the environment has HTTP_SERVER_WRAPPER (e.g. "valgrind -q
- * --leak-check=full --error-exitcode=1"), its words are put in front. */
-int lg_server_start(uv_loop_t *loop, lg_server_t *server, const char *exe, const char *const *args);
+/* Spawns `exe` with the space-separated words of `args` as its arguments
+ * and stdout piped, and runs the loop until it prints `listening on
+ * HOST:PORT` (or exits, or 10 s pass). If the environment has
+ * HTTP_SERVER_WRAPPER (e.g. "valgrind -q --leak-check=full
+ * --error-exitcode=1"), its words are put in front. */
+int lg_server_start(uv_loop_t *loop, lg_server_t *server, const char *exe, const char *args);
 
 /* Sends SIGTERM and runs the loop until the server exited and its stdout is
  * drained (at most timeout_ms; then SIGKILL). Returns 0 if it exited with
@@ -47,6 +48,10 @@ long lg_server_rss_kib(const lg_server_t *server);
 
 /* The value of `key=` in a `k=v k=v` line, or -1 if absent. */
 long long lg_stat(const char *line, const char *key);
+
+/* Raises this process's descriptor limit (a server it spawns inherits it)
+ * to `needed`. Returns NULL, or why it cannot. */
+const char *lg_raise_fd_limit(unsigned long needed);
 
 /* ---- Clients ---------------------------------------------------------------- */
 
@@ -100,7 +105,6 @@ typedef struct lg_client_s lg_client_t;
 typedef struct lg_s lg_t;
 
 typedef void (*lg_tick_cb)(lg_t *lg);
-typedef void (*lg_stats_cb)(lg_t *lg, const char *line);
 
 struct lg_s {
   uv_loop_t *loop;
@@ -124,13 +128,12 @@ struct lg_s {
   lg_kind_stats_t kind[LG_KINDS];
 };
 
-/* Prepares `count` clients; kinds[i] is the kind of client i. */
-int lg_init(lg_t *lg, uv_loop_t *loop, const lg_config_t *config, const uint8_t *kinds,
-            size_t count);
+/* Prepares count[k] clients of each kind k (count NULL: none). */
+int lg_init(lg_t *lg, uv_loop_t *loop, const lg_config_t *config, const uint32_t *count);
 
-/* Fetches GET /stats on a connection of its own; cb gets the body line (or
- * NULL on failure). May be called before lg_run or from on_tick. */
-void lg_fetch_stats(lg_t *lg, lg_stats_cb cb);
+/* Fetches GET /stats on a connection of its own into out: the body line,
+ * or "" on failure. May be called before lg_run or from on_tick. */
+void lg_fetch_stats(lg_t *lg, char *out, size_t size);
 
 /* Runs until every client is done and every fetch answered, or max_ms pass
  * (then every client hangs up). Returns 0, or UV_ETIMEDOUT if it ran over. */

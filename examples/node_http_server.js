@@ -1,6 +1,6 @@
 'use strict';
 // Node's http.Server serving the routes of examples/http_server that the load
-// table measures (examples/bench_load.sh): GET / answers "hello", GET
+// table measures (examples/bench_http.sh): GET / answers "hello", GET
 // /delay?ms=N answers after N ms (a setTimeout). One process, one loop.
 // usage: node node_http_server.js [PORT]   (0, the default: a free port);
 // prints "listening on HOST:PORT" as examples/http_server does.

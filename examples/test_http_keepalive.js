@@ -68,8 +68,7 @@ async function agentPhase(setup) {
   await Promise.all(Array.from({ length: CLIENTS }, (_, id) => agentClient(server.port, id, setup, tally)));
   tally.secs = ((performance.now() - t0) / 1000).toFixed(1);
   tally.stats = await t.stats(server);
-  server.proc.kill('SIGTERM');
-  tally.exit = await server.exited;
+  tally.exit = await t.stop(server);
   return tally;
 }
 
@@ -108,7 +107,7 @@ async function main() {
     const c = await t.connect(server.port, { timeoutMs: KEEP_ALIVE_MS + 3000 });
     const sent = performance.now();
     c.sock.write(`GET / HTTP/1.1\r\nHost: ${t.HOST}\r\n\r\n`);
-    await t.waitData(c, (d) => t.parseResponses(d).responses.length === 1);
+    await t.waitResponses(c);
     const answered = performance.now();
     await c.done;
     const r = t.parseResponses(c.data).responses[0] || { headers: {} };
@@ -133,9 +132,7 @@ async function main() {
     `raw: closed within keepAliveTimeout + 1 s buffer + 1 s of the response (latest ${latest.toFixed(1)} ms)`,
     `expected <= ${closesAt + 1000} ms`);
 
-  server.proc.kill('SIGTERM');
-  const exit = await server.exited;
-  t.eq(exit.code, 0, 'raw: server exits 0 on SIGTERM');
+  t.eq((await t.stop(server)).code, 0, 'raw: server exits 0 on SIGTERM');
 }
 
 t.run(main, 55000);

@@ -11,12 +11,11 @@
 //             process_resident_memory_bytes and process_open_fds are there.
 // promtool    `promtool check metrics` finds no error and no warning in the
 //             page (skipped, saying so, without promtool).
-// shedding    --max-loop-delay 50: after a /spin?ms=300, GET / gets 503 and
-//             GET /metrics still 200.
+// (test_http_shed.js checks that /metrics answers while shedding.)
 // prometheus  a real Prometheus (package prometheus; skipped, saying so,
 //             without it) scrapes the server, run as an operator would
-//             (--workers 2, no other flag), every second; the p99 lateness of the last 5 s summed over
-//             the workers,
+//             (--workers 2, no other flag), every second; the p99 lateness
+//             of the last 5 s summed over the workers,
 //               histogram_quantile(0.99, sum by (le)
 //                 (rate(uvtw_timer_lateness_seconds_bucket[5s])))
 //             is below 0.05 s on the quiet server and at least 0.2 s
@@ -31,7 +30,6 @@ const path = require('path');
 const t = require('./http_test_lib');
 
 const exe = process.argv[2];
-const only = process.argv.slice(3);
 const QUERY =
   'histogram_quantile(0.99, sum by (le) (rate(uvtw_timer_lateness_seconds_bucket[5s])))';
 
@@ -49,11 +47,6 @@ function samples(page) {
     out.push({ name: m[1], labels, value: Number(m[3]) });
   }
   return out;
-}
-
-function which(program) {
-  const r = spawnSync('sh', ['-c', `command -v ${program}`], { encoding: 'utf8' });
-  return r.status === 0 ? r.stdout.trim() : null;
 }
 
 async function casePage() {
@@ -88,13 +81,12 @@ async function casePage() {
   const fds = all.find((x) => x.name === 'process_open_fds');
   t.ok(rss && rss.value > 1e6 && fds && fds.value >= 4,
     `page: process_resident_memory_bytes ${rss && rss.value}, process_open_fds ${fds && fds.value}`);
-  s.proc.kill('SIGTERM');
-  await s.exited;
+  await t.stop(s);
   return r.body;
 }
 
 async function casePromtool(page) {
-  const promtool = which('promtool');
+  const promtool = t.which('promtool');
   if (promtool === null) {
     t.skip('promtool: check metrics', 'promtool not found (Debian package prometheus)');
     return;
@@ -102,25 +94,6 @@ async function casePromtool(page) {
   const r = spawnSync(promtool, ['check', 'metrics'], { input: page, encoding: 'utf8' });
   t.ok(r.status === 0 && (r.stdout + r.stderr).trim() === '',
     'promtool: `promtool check metrics` finds no error and no warning', r.stdout + r.stderr);
-}
-
-async function caseShedding() {
-  const s = await t.startServer(exe, ['--bench-routes', '--max-loop-delay', '50']);
-  await t.get(s.port, '/spin?ms=300');
-  let shed = null;
-  const end = performance.now() + 3000;
-  while (performance.now() < end && (shed === null || shed.status !== 503)) {
-    shed = await t.get(s.port, '/');
-    if (shed.status !== 503) await t.sleep(50);
-  }
-  const m = await t.get(s.port, '/metrics');
-  t.ok(shed.status === 503 && m.status === 200,
-    `shedding: GET / gets ${shed.status} while GET /metrics gets ${m.status}`);
-  const all = samples(m.body);
-  const shedding = all.find((x) => x.name === 'http_server_shedding');
-  t.ok(shedding && shedding.value === 1, 'shedding: http_server_shedding is 1');
-  s.proc.kill('SIGTERM');
-  await s.exited;
 }
 
 function freePort() {
@@ -143,7 +116,7 @@ async function query(promPort, expr) {
 }
 
 async function casePrometheus() {
-  const prometheus = which('prometheus');
+  const prometheus = t.which('prometheus');
   if (prometheus === null) {
     t.skip('prometheus: a real Prometheus scrapes /metrics', 'prometheus not found (Debian package prometheus)');
     return;
@@ -189,18 +162,15 @@ async function casePrometheus() {
     prom.kill('SIGTERM');
     await new Promise((done) => prom.on('exit', done));
     fs.rmSync(dir, { recursive: true, force: true });
-    s.proc.kill('SIGTERM');
-    await s.exited;
+    await t.stop(s);
   }
 }
 
 async function main() {
-  const want = (name) => only.length === 0 || only.some((o) => name.includes(o));
   let page = null;
-  if (want('page') || want('promtool')) page = await casePage();
-  if (want('promtool')) await casePromtool(page);
-  if (want('shedding')) await caseShedding();
-  if (want('prometheus')) await casePrometheus();
+  if (t.want('page') || t.want('promtool')) page = await casePage();
+  if (t.want('promtool')) await casePromtool(page);
+  if (t.want('prometheus')) await casePrometheus();
 }
 
 t.run(main, 80000);

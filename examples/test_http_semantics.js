@@ -15,16 +15,7 @@ const t = require('./http_test_lib');
 
 const exe = process.argv[2];
 const MAX_BODY = 100000;
-
-function findCurl() {
-  if (process.env.CURL) return process.env.CURL;
-  for (const dir of (process.env.PATH || '').split(':')) {
-    const p = path.join(dir, 'curl');
-    try { fs.accessSync(p, fs.constants.X_OK); return p; } catch { /* next */ }
-  }
-  return null;
-}
-const curlPath = findCurl();
+const curlPath = process.env.CURL || t.which('curl');
 
 // Runs curl; resolves { code, stdout, stderr }.
 function curl(args) {
@@ -34,11 +25,9 @@ function curl(args) {
   });
 }
 
-const H = `Host: ${t.HOST}\r\n`;
-
 async function testHead(port) {
   const r = await t.exchange(port,
-    `GET / HTTP/1.1\r\n${H}\r\nHEAD / HTTP/1.1\r\n${H}\r\nGET /stats?x HTTP/1.1\r\n${H}Connection: close\r\n\r\n`);
+    `GET / HTTP/1.1\r\n${t.H}\r\nHEAD / HTTP/1.1\r\n${t.H}\r\nGET /stats?x HTTP/1.1\r\n${t.H}Connection: close\r\n\r\n`);
   const { responses, rest } = t.parseResponses(r.data, ['GET', 'HEAD', 'GET']);
   t.eq(responses.length, 3, 'HEAD: GET, HEAD, GET on one connection: three responses');
   if (responses.length < 2) return;
@@ -58,9 +47,9 @@ async function testHead(port) {
 
 async function testUpgrade(port) {
   const r = await t.exchange(port,
-    `GET / HTTP/1.1\r\n${H}Connection: Upgrade\r\nUpgrade: websocket\r\n` +
+    `GET / HTTP/1.1\r\n${t.H}Connection: Upgrade\r\nUpgrade: websocket\r\n` +
     `Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n` +
-    `GET /delay?ms=0 HTTP/1.1\r\n${H}Connection: close\r\n\r\n`);
+    `GET /delay?ms=0 HTTP/1.1\r\n${t.H}Connection: close\r\n\r\n`);
   const { responses } = t.parseResponses(r.data);
   t.ok(responses.length === 2 && responses[0].status === 200 && responses[0].body === 'hello\n',
     'Upgrade: ignored, the request answered 200 as plain HTTP/1.1',
@@ -84,7 +73,7 @@ async function testConnect(port) {
 async function testExpect(port) {
   // Raw: the 100 comes before any body byte is sent.
   const c = await t.connect(port);
-  c.sock.write(`POST /upload HTTP/1.1\r\n${H}Content-Length: 5\r\nExpect: 100-continue\r\n\r\n`);
+  c.sock.write(`POST /upload HTTP/1.1\r\n${t.H}Content-Length: 5\r\nExpect: 100-continue\r\n\r\n`);
   await t.waitData(c, (d) => d.includes('\r\n\r\n'));
   const interim = c.data.toString('latin1');
   t.eq(interim, 'HTTP/1.1 100 Continue\r\n\r\n', 'Expect: 100 Continue arrives before the body is sent');
@@ -97,14 +86,14 @@ async function testExpect(port) {
 
   // Raw: too large a body is refused before it is sent.
   const big = await t.exchange(port,
-    `POST /upload HTTP/1.1\r\n${H}Content-Length: ${MAX_BODY + 1}\r\nExpect: 100-continue\r\n\r\n`);
+    `POST /upload HTTP/1.1\r\n${t.H}Content-Length: ${MAX_BODY + 1}\r\nExpect: 100-continue\r\n\r\n`);
   const bigR = t.parseResponses(big.data).responses;
   t.ok(bigR.length === 1 && bigR[0].status === 417 && big.ended === 'end',
     'Expect: 417 and a close for a body above the limit, with no 100 before it',
     big.data.toString('latin1'));
 
   // Raw: an expectation other than 100-continue (Node answers 417 too).
-  const other = await t.exchange(port, `GET / HTTP/1.1\r\n${H}Expect: something-else\r\n\r\n`);
+  const other = await t.exchange(port, `GET / HTTP/1.1\r\n${t.H}Expect: something-else\r\n\r\n`);
   const otherR = t.parseResponses(other.data).responses;
   t.ok(otherR.length === 1 && otherR[0].status === 417, 'Expect: 417 for an unknown expectation',
     other.data.toString('latin1'));
@@ -132,9 +121,9 @@ async function testExpect(port) {
 
 async function testAbsoluteForm(port) {
   const raw = await t.exchange(port,
-    `GET http://${t.HOST}:${port}/ HTTP/1.1\r\n${H}\r\n` +
-    `GET http://a-very-long-host-name-that-would-not-fit-in-the-url-buffer.example:8080/delay?ms=3 HTTP/1.1\r\n${H}\r\n` +
-    `GET http://${t.HOST} HTTP/1.1\r\n${H}Connection: close\r\n\r\n`);
+    `GET http://${t.HOST}:${port}/ HTTP/1.1\r\n${t.H}\r\n` +
+    `GET http://a-very-long-host-name-that-would-not-fit-in-the-url-buffer.example:8080/delay?ms=3 HTTP/1.1\r\n${t.H}\r\n` +
+    `GET http://${t.HOST} HTTP/1.1\r\n${t.H}Connection: close\r\n\r\n`);
   const got = t.parseResponses(raw.data).responses.map((r) => `${r.status} ${r.body.trim()}`);
   t.eq(JSON.stringify(got), JSON.stringify(['200 hello', '200 delayed 3 ms', '200 hello']),
     'absolute form: routed by the path (a long authority too; none means /)');
@@ -145,7 +134,7 @@ async function testAbsoluteForm(port) {
 
 async function testHalfClose(port) {
   const r = await t.exchange(port,
-    `GET /delay?ms=300 HTTP/1.1\r\n${H}\r\nGET / HTTP/1.1\r\n${H}\r\n`, { halfClose: true });
+    `GET /delay?ms=300 HTTP/1.1\r\n${t.H}\r\nGET / HTTP/1.1\r\n${t.H}\r\n`, { halfClose: true });
   const all = t.parseResponses(r.data).responses;
   t.ok(all.length > 0 && all[0].status === 102,
     'half-close: a 102 Processing probes whether the client is still there (a client ignores it)',
@@ -161,49 +150,35 @@ async function testHalfClose(port) {
 }
 
 async function testLimits(port) {
-  const bigHeader = await t.exchange(port,
-    `GET / HTTP/1.1\r\n${H}X-Big: ${'a'.repeat(100 * 1024)}\r\n\r\n`);
-  const bh = t.parseResponses(bigHeader.data).responses;
-  t.ok(bh.length === 1 && bh[0].status === 431 && bigHeader.ended === 'end',
-    '431: a 100 KiB header gets 431 and a clean close', `${bigHeader.ended}: ${bigHeader.data.toString('latin1').slice(0, 200)}`);
-
   let many = '';
   for (let i = 0; i < 10000; i++) many += `X-H${i}: v\r\n`;
-  const manyR = await t.exchange(port, `GET / HTTP/1.1\r\n${H}${many}\r\n`);
-  const mr = t.parseResponses(manyR.data).responses;
-  t.ok(mr.length === 1 && mr[0].status === 431 && manyR.ended === 'end',
-    '431: 10,000 headers get 431 and a clean close', `${manyR.ended}: ${manyR.data.toString('latin1').slice(0, 200)}`);
-
   let count = '';
   for (let i = 0; i < 2001; i++) count += `h${i}:\r\n`;
-  const countR = await t.exchange(port, `GET / HTTP/1.1\r\n${count}\r\n`);
-  const cr = t.parseResponses(countR.data).responses;
-  t.ok(cr.length === 1 && cr[0].status === 431,
-    '431: 2,001 short headers (under 16 KiB) exceed maxHeadersCount 2000', countR.data.toString('latin1').slice(0, 200));
-
-  const under = await t.exchange(port,
-    `GET / HTTP/1.1\r\n${H}X-Fits: ${'a'.repeat(16000)}\r\nConnection: close\r\n\r\n`);
-  const ur = t.parseResponses(under.data).responses;
-  t.ok(ur.length === 1 && ur[0].status === 200, 'a head just under 16 KiB gets 200',
-    under.data.toString('latin1').slice(0, 200));
-
-  const body = await t.exchange(port,
-    `POST /upload HTTP/1.1\r\n${H}Content-Length: ${MAX_BODY + 1}\r\n\r\n${'b'.repeat(MAX_BODY + 1)}`);
-  const br = t.parseResponses(body.data).responses;
-  t.ok(br.length === 1 && br[0].status === 413 && body.ended === 'end',
-    `413: a Content-Length above ${MAX_BODY} gets 413 and a clean close`, body.data.toString('latin1').slice(0, 200));
-
   const chunk = (MAX_BODY / 2).toString(16);
   const payload = 'c'.repeat(MAX_BODY / 2);
-  const chunked = await t.exchange(port,
-    `POST /upload HTTP/1.1\r\n${H}Transfer-Encoding: chunked\r\n\r\n` +
-    `${chunk}\r\n${payload}\r\n${chunk}\r\n${payload}\r\n1\r\nc\r\n0\r\n\r\n`);
-  const chr = t.parseResponses(chunked.data).responses;
-  t.ok(chr.length === 1 && chr[0].status === 413, '413: a chunked body that grows past the limit',
-    chunked.data.toString('latin1').slice(0, 200));
+  const requests = [ // [request, status, whether a clean close must follow, check]
+    [`GET / HTTP/1.1\r\n${t.H}X-Big: ${'a'.repeat(100 * 1024)}\r\n\r\n`, 431, true,
+      '431: a 100 KiB header gets 431 and a clean close'],
+    [`GET / HTTP/1.1\r\n${t.H}${many}\r\n`, 431, true, '431: 10,000 headers get 431 and a clean close'],
+    [`GET / HTTP/1.1\r\n${count}\r\n`, 431, false,
+      '431: 2,001 short headers (under 16 KiB) exceed maxHeadersCount 2000'],
+    [`GET / HTTP/1.1\r\n${t.H}X-Fits: ${'a'.repeat(16000)}\r\nConnection: close\r\n\r\n`, 200, false,
+      'a head just under 16 KiB gets 200'],
+    [`POST /upload HTTP/1.1\r\n${t.H}Content-Length: ${MAX_BODY + 1}\r\n\r\n${'b'.repeat(MAX_BODY + 1)}`, 413, true,
+      `413: a Content-Length above ${MAX_BODY} gets 413 and a clean close`],
+    [`POST /upload HTTP/1.1\r\n${t.H}Transfer-Encoding: chunked\r\n\r\n` +
+      `${chunk}\r\n${payload}\r\n${chunk}\r\n${payload}\r\n1\r\nc\r\n0\r\n\r\n`, 413, false,
+    '413: a chunked body that grows past the limit'],
+  ];
+  for (const [text, status, closes, check] of requests) {
+    const r = await t.exchange(port, text);
+    const got = t.parseResponses(r.data).responses;
+    t.ok(got.length === 1 && got[0].status === status && (!closes || r.ended === 'end'), check,
+      `${r.ended}: ${r.data.toString('latin1').slice(0, 200)}`);
+  }
 
   const fits = await t.exchange(port,
-    `POST /upload HTTP/1.1\r\n${H}Content-Length: ${MAX_BODY}\r\nConnection: close\r\n\r\n${'b'.repeat(MAX_BODY)}`);
+    `POST /upload HTTP/1.1\r\n${t.H}Content-Length: ${MAX_BODY}\r\nConnection: close\r\n\r\n${'b'.repeat(MAX_BODY)}`);
   const fr = t.parseResponses(fits.data, ['POST']).responses;
   t.ok(fr.length === 1 && fr[0].body === `received ${MAX_BODY} bytes\n`, `a body of exactly ${MAX_BODY} bytes is taken`,
     fits.data.toString('latin1').slice(0, 200));
@@ -224,9 +199,7 @@ async function main() {
   t.diag(`server: requests=${st.requests} closed_bad_request=${st.closed_bad_request} ` +
     `linger_timeouts=${st.linger_timeouts} early_fires=${st.early_fires}`);
   t.eq(st.open, 1, 'server: no connection left open but the one asking for /stats');
-  server.proc.kill('SIGTERM');
-  const exit = await server.exited;
-  t.eq(exit.code, 0, 'server exits 0 on SIGTERM');
+  t.eq((await t.stop(server)).code, 0, 'server exits 0 on SIGTERM');
 }
 
 t.run(main, 50000);

@@ -6,9 +6,9 @@
 // shed         --max-loop-delay 50: a /spin?ms=300 blocks the loop; within
 //              the next second (the once-a-second check of the last
 //              second's p99) new requests get 503 with Retry-After: 10 and
-//              Connection: close, and the connection closes; /stats still
-//              answers 200 and says shedding=1, shed=N; once the loop is
-//              quiet for a second, 200 comes back (within 3 s).
+//              Connection: close, and the connection closes; /stats and
+//              /metrics still answer 200 and say shedding=1, shed=N; once
+//              the loop is quiet for a second, 200 comes back (within 3 s).
 // in_flight    a request whose first bytes came before the shedding began
 //              is answered 200 while new ones get 503.
 // off          without --max-loop-delay (the default, 0) no request gets
@@ -26,16 +26,14 @@ const { spawnSync } = require('child_process');
 const t = require('./http_test_lib');
 
 const exe = process.argv[2];
-const only = process.argv.slice(3);
-const H = `Host: ${t.HOST}\r\n`;
 const SPIN = 300;
 
 // One request on a new connection, closed by the client after the answer
 // (or by the server); resolves { status, headers, body, ended }.
 async function request(port, path) {
   const c = await t.connect(port, { timeoutMs: 5000 });
-  c.sock.write(`GET ${path} HTTP/1.1\r\n${H}\r\n`);
-  await t.waitData(c, (d) => t.parseResponses(d).responses.length === 1);
+  c.sock.write(`GET ${path} HTTP/1.1\r\n${t.H}\r\n`);
+  await t.waitResponses(c);
   const r = t.parseResponses(c.data).responses[0];
   if (r && r.headers.connection === 'close') await c.done; // the server closes: see how
   const ended = c.ended;
@@ -84,6 +82,9 @@ async function shed() {
     server.proc.kill('SIGKILL');
     return;
   }
+  const m = await t.get(server.port, '/metrics');
+  t.ok(m.status === 200 && /^http_server_shedding 1$/m.test(m.body),
+    `shed: GET /metrics answers ${m.status} meanwhile, with http_server_shedding 1`);
   t.eq(r.headers['retry-after'], '10', 'shed: the 503 says Retry-After: 10 (the default)');
   t.eq(r.headers.connection, 'close', 'shed: the 503 says Connection: close');
   t.eq(r.ended, 'end', 'shed: and the server closes the connection');
@@ -99,8 +100,7 @@ async function shed() {
     `statuses seen: ${back.seen.join(' ')}`);
   const after = await t.stats(server);
   t.eq(after.shedding, 0, 'shed: /stats says shedding=0 again');
-  server.proc.kill('SIGTERM');
-  t.eq((await server.exited).code, 0, 'shed: the server exits 0 on SIGTERM');
+  await t.stopOk(server, 'shed');
 }
 
 async function inFlight() {
@@ -108,7 +108,7 @@ async function inFlight() {
   await started(server);
   // A request begun before the lag: its head and half its body.
   const early = await t.connect(server.port);
-  early.sock.write(`POST /upload HTTP/1.1\r\n${H}Content-Length: 4\r\n\r\nab`);
+  early.sock.write(`POST /upload HTTP/1.1\r\n${t.H}Content-Length: 4\r\n\r\nab`);
   await t.waitStats(server, (s) => s.received_bytes > 0, 2000);
   t.ok(await spin(server.port), `in_flight: /spin?ms=${SPIN} answers 200`);
   const st = await t.waitStats(server, (s) => s.shedding === 1, 2000);
@@ -121,8 +121,7 @@ async function inFlight() {
   t.ok(r && r.status === 200 && r.body === 'received 4 bytes\n',
     'in_flight: the request begun before the shedding is answered 200', early.data.toString('latin1'));
   early.sock.destroy();
-  server.proc.kill('SIGTERM');
-  t.eq((await server.exited).code, 0, 'in_flight: the server exits 0 on SIGTERM');
+  await t.stopOk(server, 'in_flight');
 }
 
 async function off() {
@@ -135,8 +134,7 @@ async function off() {
     `off: the ${got.seen.length} requests of the next 1.5 s all get 200`, `statuses seen: ${got.seen.join(' ')}`);
   const st = await t.stats(server);
   t.ok(st.shed === 0 && st.shedding === 0, 'off: /stats says shed=0, shedding=0', `shed=${st.shed} shedding=${st.shedding}`);
-  server.proc.kill('SIGTERM');
-  t.eq((await server.exited).code, 0, 'off: the server exits 0 on SIGTERM');
+  await t.stopOk(server, 'off');
 }
 
 async function retryAfter() {
@@ -146,8 +144,7 @@ async function retryAfter() {
   const got = await pollUntil(server.port, (r) => r.status === 503, 2000);
   t.ok(got.r !== null && got.r.headers['retry-after'] === '3',
     'retry_after: the 503 says Retry-After: 3', got.r ? got.r.headers : `statuses seen: ${got.seen.join(' ')}`);
-  server.proc.kill('SIGTERM');
-  t.eq((await server.exited).code, 0, 'retry_after: the server exits 0 on SIGTERM');
+  await t.stopOk(server, 'retry_after');
 }
 
 async function workers() {
@@ -159,8 +156,8 @@ async function workers() {
   const cs = [];
   for (let i = 0; i < N; i++) cs.push(await t.connect(server.port));
   // Each worker blocks for EACH ms per spin on its connections.
-  for (const c of cs) c.sock.write(`GET /spin?ms=${EACH} HTTP/1.1\r\n${H}\r\n`);
-  await Promise.all(cs.map((c) => t.waitData(c, (d) => t.parseResponses(d).responses.length === 1)));
+  for (const c of cs) c.sock.write(`GET /spin?ms=${EACH} HTTP/1.1\r\n${t.H}\r\n`);
+  await Promise.all(cs.map((c) => t.waitResponses(c)));
   // A worker that shed after its first spins answers the spins it reads
   // later with 503: their bytes were read while it was shedding.
   const answers = cs.map((c) => t.parseResponses(c.data).responses);
@@ -170,11 +167,7 @@ async function workers() {
     r[0].headers.connection === 'close').length;
   t.eq(spun + shedNow, N, `workers: ${N} keep-alive connections each had a /spin?ms=${EACH} answered, 200 or 503 (${spun} and ${shedNow})`);
   t.ok(spun >= 2, `workers: at least the first spin on each worker ran (${spun})`);
-  const mid = await t.stats(server);
-  const grown = String(mid.worker_accepted).split(',').map((a, i) => Number(a) - Number(String(before.worker_accepted).split(',')[i]));
-  t.diag(`workers: worker_accepted ${before.worker_accepted} -> ${mid.worker_accepted}`);
-  // The /stats fetch just made counts on one worker: each took more than that.
-  t.ok(grown.length === 2 && grown.every((n) => n > 1), `workers: the connections reached both workers (${grown.join(' and ')})`);
+  t.bothTook('workers: the connections reached both workers', before, await t.stats(server));
   const t0 = performance.now();
   const got = await pollUntil(server.port, (r) => r.status === 503, 2500);
   t.ok(got.r !== null && got.r.headers.connection === 'close' && got.r.headers['retry-after'] === '10',
@@ -185,8 +178,7 @@ async function workers() {
   const back = await pollUntil(server.port, (x) => x.status === 200, 3000);
   t.ok(back.r !== null, 'workers: 200 comes back once the loops are quiet', `statuses seen: ${back.seen.join(' ')}`);
   cs.forEach((c) => c.sock.destroy());
-  server.proc.kill('SIGTERM');
-  t.eq((await server.exited).code, 0, 'workers: the server exits 0 on SIGTERM');
+  await t.stopOk(server, 'workers');
 }
 
 async function usage() {
@@ -196,12 +188,4 @@ async function usage() {
   }
 }
 
-const cases = { shed, in_flight: inFlight, off, retry_after: retryAfter, workers, usage };
-
-async function main() {
-  const chosen = Object.keys(cases).filter((name) => only.length === 0 || only.some((a) => name.includes(a)));
-  if (chosen.length === 0) throw new Error(`no case matches ${only.join(' ')}; cases: ${Object.keys(cases).join(' ')}`);
-  for (const name of chosen) await cases[name]();
-}
-
-t.run(main, 50000);
+t.run(() => t.runCases({ shed, in_flight: inFlight, off, retry_after: retryAfter, workers, usage }), 50000);

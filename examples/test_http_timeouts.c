@@ -26,19 +26,15 @@
  *
  * The last case runs the same server on a wheel on the loop's clock, with
  * short timeouts, to keep the real path honest next to the manual one. */
-#ifndef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L
-#endif
+#include "http_server.h" /* first: uvtw.h asks for the POSIX uv.h needs */
+#include "tap.h"
+
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <uv.h>
-
-#include "http_server.h"
-#include "tap.h"
 
 #define WAIT_MS 2000 /* wall-time bound of every wait for the sockets */
 #define HOST "127.0.0.1"

@@ -59,7 +59,7 @@ static void stats(conn_t *c) {
   char body[4096];
   size_t n = s->config.stats_line != NULL
                  ? s->config.stats_line(s, s->config.stats_arg, body, sizeof body - 1)
-                 : http_server_format_stats(s, NULL, body, sizeof body - 1);
+                 : http_server_format_stats(s, NULL, 0, body, sizeof body - 1);
   body[n++] = '\n';
   conn_respond(c, 200, "OK", body, n, 0);
 }

@@ -52,7 +52,7 @@ typedef struct http_server_config_s {
    * then only name it in messages): several servers share a port this way,
    * each with its own socket (SO_REUSEPORT, http_workers.c). */
   int listen_fd;
-  /* NULL: GET /stats answers http_server_format_stats(server, NULL, ...).
+  /* NULL: GET /stats answers http_server_format_stats(server, NULL, 0, ...).
    * Else it answers what stats_line writes (at most size - 1 bytes, no
    * newline; returns the length), called on the server's loop thread with
    * stats_arg: a program running several servers answers for all of them. */
@@ -157,10 +157,11 @@ void http_server_stats(const http_server_t *server, http_server_stats_t *stats);
  * second for the last-second window). */
 void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *more);
 
-/* The /stats line (no newline) of `stats` (NULL: the server's own), with
- * the server's configuration. Returns its length, less than size. */
-size_t http_server_format_stats(const http_server_t *server, const http_server_stats_t *stats,
-                                char *out, size_t size);
+/* The /stats line (no newline), with the server's configuration: of its
+ * own stats (each NULL), or of the sum of `count` servers' stats followed by
+ * workers=N and worker_accepted=A,B,... Returns its length, less than size. */
+size_t http_server_format_stats(const http_server_t *server, const http_server_stats_t *each,
+                                unsigned count, char *out, size_t size);
 
 /* GET /metrics (http_stats.c): the Prometheus text exposition format,
  * version 0.0.4, of `count` servers' stats, each series labelled

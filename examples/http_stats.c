@@ -237,14 +237,23 @@ void http_server_stats(const http_server_t *s, http_server_stats_t *stats) {
   stats->second_end = s->watch.second_end;
 }
 
-size_t http_server_format_stats(const http_server_t *s, const http_server_stats_t *stats, char *out,
-                                size_t size) {
-  http_server_stats_t own;
-  if (stats == NULL) {
-    http_server_stats(s, &own);
-    stats = &own;
+size_t http_server_format_stats(const http_server_t *s, const http_server_stats_t *each,
+                                unsigned count, char *out, size_t size) {
+  http_server_stats_t sum;
+  line_t l = {out, size, 0};
+  if (each == NULL) {
+    http_server_stats(s, &sum);
+  } else {
+    memset(&sum, 0, sizeof sum);
+    for (unsigned i = 0; i < count; i++)
+      http_server_stats_add(&sum, &each[i]);
   }
-  return stats_format(stats, &s->config, conn_bytes(), http_timer_size, out, size);
+  l.len = stats_format(&sum, &s->config, conn_bytes(), http_timer_size, out, size);
+  if (each != NULL)
+    put(&l, " workers=%u worker_accepted=", count);
+  for (unsigned i = 0; each != NULL && i < count; i++)
+    put(&l, i == 0 ? "%" PRIu64 : ",%" PRIu64, each[i].counters.accepted);
+  return l.len < size ? l.len : size - 1;
 }
 
 /* ---- GET /metrics ---------------------------------------------------------- */

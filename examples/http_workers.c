@@ -18,7 +18,6 @@
 #define _DEFAULT_SOURCE /* SO_REUSEPORT is not POSIX: glibc declares it only so */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,18 +118,6 @@ static int bind_sockets(const char *host, int port, unsigned count, int *fds, ch
 
 /* ---- Stats for the whole process ---------------------------------------------- */
 
-/* Appends to out[n..size) as snprintf does; returns the new length. */
-static size_t append(char *out, size_t size, size_t n, const char *format, ...) {
-  va_list args;
-  int w;
-  if (n >= size)
-    return n;
-  va_start(args, format);
-  w = vsnprintf(out + n, size - n, format, args);
-  va_end(args);
-  return w > 0 ? n + (size_t)w : n;
-}
-
 /* Every worker's stats, on `self`'s loop: its own as they are now, the
  * others' as they published them when their loops last waited for I/O. */
 static void gather(http_server_t *server, worker_t *self, http_server_stats_t *each) {
@@ -151,21 +138,14 @@ static void gather(http_server_t *server, worker_t *self, http_server_stats_t *e
  * workers=N and each worker's count of accepted connections. */
 static size_t stats_line(http_server_t *server, void *arg, char *out, size_t size) {
   worker_t *self = arg;
-  unsigned count = self->all->count, i;
-  http_server_stats_t *each = malloc(count * sizeof *each), sum;
+  http_server_stats_t *each = malloc(self->all->count * sizeof *each);
   size_t n;
   if (each == NULL)
     return (size_t)snprintf(out, size, "no memory");
   gather(server, self, each);
-  memset(&sum, 0, sizeof sum);
-  for (i = 0; i < count; i++)
-    http_server_stats_add(&sum, &each[i]);
-  n = http_server_format_stats(server, &sum, out, size);
-  n = append(out, size, n, " workers=%u worker_accepted=", count);
-  for (i = 0; i < count; i++)
-    n = append(out, size, n, i == 0 ? "%" PRIu64 : ",%" PRIu64, each[i].counters.accepted);
+  n = http_server_format_stats(server, each, self->all->count, out, size);
   free(each);
-  return n < size ? n : size - 1;
+  return n;
 }
 
 /* GET /metrics for the process: every worker's series, labelled worker="i"

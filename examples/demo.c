@@ -11,6 +11,7 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,7 +130,7 @@ static int run_one(const char *exe) {
          "   fired early.)\n\n");
 
   stop_started = uv_hrtime();
-  r = lg_server_stop(loop, &d.server, 10000);
+  r = lg_server_stop(loop, &d.server, SIGTERM, 10000);
   final = strstr(d.server.out_buf, "stats ");
   if (final == NULL)
     final = d.end_stats;

@@ -56,28 +56,32 @@ static void bytes(conn_t *c, uint64_t n) {
 
 static void stats(conn_t *c) {
   http_server_t *s = c->server;
+  unsigned count = 0;
+  http_server_stats_t *each =
+      s->config.gather != NULL ? s->config.gather(s, s->config.stats_arg, &count) : NULL;
   char body[4096];
-  size_t n = s->config.stats_line != NULL
-                 ? s->config.stats_line(s, s->config.stats_arg, body, sizeof body - 1)
-                 : http_server_format_stats(s, NULL, body, sizeof body - 1);
+  size_t n = http_server_format_stats(s, each, count, body, sizeof body - 1);
+  free(each);
   body[n++] = '\n';
   conn_respond(c, 200, "OK", body, n, 0);
 }
 
-/* The Prometheus page (http_stats.c) of this server, or of every worker
- * through the config's hook. */
+/* The Prometheus page (http_stats.c) of this server, or of every server
+ * the config's hook gathers. */
 static void metrics(conn_t *c) {
   static const char no_memory[] = "no memory\n";
   http_server_t *s = c->server;
+  http_server_stats_t own, *each = &own;
+  unsigned count = 1;
   size_t len = 0;
   char *page;
-  if (s->config.metrics != NULL) {
-    page = s->config.metrics(s, s->config.stats_arg, &len);
-  } else {
-    http_server_stats_t stats;
-    http_server_stats(s, &stats);
-    page = http_metrics_format(&stats, 1, &len);
-  }
+  if (s->config.gather != NULL)
+    each = s->config.gather(s, s->config.stats_arg, &count);
+  else
+    http_server_stats(s, &own);
+  page = each != NULL ? http_metrics_format(each, count, &len) : NULL;
+  if (each != &own)
+    free(each);
   if (page == NULL) {
     conn_respond(c, 503, "Service Unavailable", no_memory, sizeof no_memory - 1, 0);
     return;

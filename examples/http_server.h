@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 typedef struct http_server_s http_server_t;
+typedef struct http_server_stats_s http_server_stats_t; /* below */
 
 typedef struct http_server_config_s {
   uint64_t headers_timeout;           /* ms; Node's headersTimeout; 0 disables */
@@ -52,15 +53,11 @@ typedef struct http_server_config_s {
    * then only name it in messages): several servers share a port this way,
    * each with its own socket (SO_REUSEPORT, http_workers.c). */
   int listen_fd;
-  /* NULL: GET /stats answers http_server_format_stats(server, NULL, ...).
-   * Else it answers what stats_line writes (at most size - 1 bytes, no
-   * newline; returns the length), called on the server's loop thread with
-   * stats_arg: a program running several servers answers for all of them. */
-  size_t (*stats_line)(http_server_t *server, void *arg, char *out, size_t size);
-  /* NULL: GET /metrics answers this server's own metrics. Else it answers
-   * what metrics returns: a malloc'd page of *len bytes (NULL: no memory,
-   * a 503), called on the server's loop thread with stats_arg. */
-  char *(*metrics)(http_server_t *server, void *arg, size_t *len);
+  /* NULL: GET /stats and /metrics show this server's stats. Else they show
+   * the *count servers' stats that gather returns (a malloc'd array, NULL
+   * without memory), called on the server's loop thread with stats_arg: a
+   * program running several servers answers for all of them. */
+  http_server_stats_t *(*gather)(http_server_t *server, void *arg, unsigned *count);
   void *stats_arg;
 } http_server_config_t;
 
@@ -109,11 +106,11 @@ typedef struct http_server_counters_s {
  * copies its wheel's statistics once a second: the last completed second
  * is the window from second_start to second_end (empty before the first
  * second has passed), whose lateness quantiles /stats shows. */
-typedef struct http_server_stats_s {
+struct http_server_stats_s {
   http_server_counters_t counters;
   uvtw_stats_t wheel;
   uvtw_stats_t second_start, second_end;
-} http_server_stats_t;
+};
 
 /* Node's defaults (headers 60 s, request 300 s, keep-alive 5 s + 1 s, send
  * 30 s), 127.0.0.1, a free port, no socket given, /stats for this server. */
@@ -157,10 +154,11 @@ void http_server_stats(const http_server_t *server, http_server_stats_t *stats);
  * second for the last-second window). */
 void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *more);
 
-/* The /stats line (no newline) of `stats` (NULL: the server's own), with
- * the server's configuration. Returns its length, less than size. */
-size_t http_server_format_stats(const http_server_t *server, const http_server_stats_t *stats,
-                                char *out, size_t size);
+/* The /stats line (no newline), with the server's configuration: of its
+ * own stats (each NULL), or of the sum of `count` servers' stats followed by
+ * workers=N and worker_accepted=A,B,... Returns its length, less than size. */
+size_t http_server_format_stats(const http_server_t *server, const http_server_stats_t *each,
+                                unsigned count, char *out, size_t size);
 
 /* GET /metrics (http_stats.c): the Prometheus text exposition format,
  * version 0.0.4, of `count` servers' stats, each series labelled

@@ -198,11 +198,20 @@ static void put_fields(line_t *l, const field_t *fields, size_t count, const voi
       put(l, " %s=%" PRIu64, fields[i].key, value_at(base, fields[i].offset));
 }
 
-static size_t stats_format(const http_server_stats_t *stats, const http_server_config_t *config,
-                           size_t conn_bytes, size_t timer_bytes, char *out, size_t size) {
-  const uvtw_stats_t *ws = &stats->wheel, *end = &stats->second_end, *start = &stats->second_start;
+size_t http_server_format_stats(const http_server_t *s, const http_server_stats_t *each,
+                                unsigned count, char *out, size_t size) {
+  const http_server_config_t *config = &s->config;
+  http_server_stats_t sum;
+  const uvtw_stats_t *ws = &sum.wheel, *end = &sum.second_end, *start = &sum.second_start;
   line_t l = {out, size, 0};
   char q[5][24];
+  if (each == NULL) {
+    http_server_stats(s, &sum);
+  } else {
+    memset(&sum, 0, sizeof sum);
+    for (unsigned i = 0; i < count; i++)
+      http_server_stats_add(&sum, &each[i]);
+  }
   put(&l, "timers=%s parser=llhttp-%d.%d.%d", http_timer_name, LLHTTP_VERSION_MAJOR,
       LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH);
   put(&l,
@@ -212,8 +221,8 @@ static size_t stats_format(const http_server_stats_t *stats, const http_server_c
       config->headers_timeout, config->request_timeout, config->keep_alive_timeout,
       config->keep_alive_timeout_buffer, config->send_timeout, config->max_loop_delay,
       config->retry_after);
-  put_fields(&l, counter_fields, LENGTH(counter_fields), &stats->counters);
-  put(&l, " conn_bytes=%zu timer_bytes=%zu rss_kib=%lld", conn_bytes, timer_bytes,
+  put_fields(&l, counter_fields, LENGTH(counter_fields), &sum.counters);
+  put(&l, " conn_bytes=%zu timer_bytes=%zu rss_kib=%lld", conn_bytes(), http_timer_size,
       rss_bytes() < 0 ? -1 : rss_bytes() / 1024);
   put_fields(&l, wheel_fields, LENGTH(wheel_fields), ws);
   put(&l,
@@ -224,6 +233,10 @@ static size_t stats_format(const http_server_stats_t *stats, const http_server_c
       late_quantile(end, start, 1, q[2], sizeof q[2]),
       late_quantile(ws, NULL, 0.5, q[3], sizeof q[3]),
       late_quantile(ws, NULL, 0.99, q[4], sizeof q[4]));
+  if (each != NULL)
+    put(&l, " workers=%u worker_accepted=", count);
+  for (unsigned i = 0; each != NULL && i < count; i++)
+    put(&l, i == 0 ? "%" PRIu64 : ",%" PRIu64, each[i].counters.accepted);
   return l.len < size ? l.len : size - 1;
 }
 
@@ -235,16 +248,6 @@ void http_server_stats(const http_server_t *s, http_server_stats_t *stats) {
     stats->wheel = s->wheel_final;
   stats->second_start = s->watch.second_start;
   stats->second_end = s->watch.second_end;
-}
-
-size_t http_server_format_stats(const http_server_t *s, const http_server_stats_t *stats, char *out,
-                                size_t size) {
-  http_server_stats_t own;
-  if (stats == NULL) {
-    http_server_stats(s, &own);
-    stats = &own;
-  }
-  return stats_format(stats, &s->config, conn_bytes(), http_timer_size, out, size);
 }
 
 /* ---- GET /metrics ---------------------------------------------------------- */

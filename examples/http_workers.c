@@ -18,7 +18,6 @@
 #define _DEFAULT_SOURCE /* SO_REUSEPORT is not POSIX: glibc declares it only so */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,22 +118,16 @@ static int bind_sockets(const char *host, int port, unsigned count, int *fds, ch
 
 /* ---- Stats for the whole process ---------------------------------------------- */
 
-/* Appends to out[n..size) as snprintf does; returns the new length. */
-static size_t append(char *out, size_t size, size_t n, const char *format, ...) {
-  va_list args;
-  int w;
-  if (n >= size)
-    return n;
-  va_start(args, format);
-  w = vsnprintf(out + n, size - n, format, args);
-  va_end(args);
-  return w > 0 ? n + (size_t)w : n;
-}
-
-/* Every worker's stats, on `self`'s loop: its own as they are now, the
- * others' as they published them when their loops last waited for I/O. */
-static void gather(http_server_t *server, worker_t *self, http_server_stats_t *each) {
+/* Every worker's stats, for /stats and /metrics on `self`'s loop: its own
+ * as they are now, the others' as they published them when their loops
+ * last waited for I/O. A malloc'd array of *count, or NULL. */
+static http_server_stats_t *gather(http_server_t *server, void *arg, unsigned *count) {
+  worker_t *self = arg;
   workers_t *all = self->all;
+  http_server_stats_t *each = malloc(all->count * sizeof *each);
+  if (each == NULL)
+    return NULL;
+  *count = all->count;
   for (unsigned i = 0; i < all->count; i++) {
     worker_t *w = &all->worker[i];
     if (w == self) {
@@ -145,41 +138,7 @@ static void gather(http_server_t *server, worker_t *self, http_server_stats_t *e
       uv_mutex_unlock(&w->lock);
     }
   }
-}
-
-/* The /stats line of the process: every worker's stats summed, then
- * workers=N and each worker's count of accepted connections. */
-static size_t stats_line(http_server_t *server, void *arg, char *out, size_t size) {
-  worker_t *self = arg;
-  unsigned count = self->all->count, i;
-  http_server_stats_t *each = malloc(count * sizeof *each), sum;
-  size_t n;
-  if (each == NULL)
-    return (size_t)snprintf(out, size, "no memory");
-  gather(server, self, each);
-  memset(&sum, 0, sizeof sum);
-  for (i = 0; i < count; i++)
-    http_server_stats_add(&sum, &each[i]);
-  n = http_server_format_stats(server, &sum, out, size);
-  n = append(out, size, n, " workers=%u worker_accepted=", count);
-  for (i = 0; i < count; i++)
-    n = append(out, size, n, i == 0 ? "%" PRIu64 : ",%" PRIu64, each[i].counters.accepted);
-  free(each);
-  return n < size ? n : size - 1;
-}
-
-/* GET /metrics for the process: every worker's series, labelled worker="i"
- * when there are several (http_stats.c). */
-static char *metrics(http_server_t *server, void *arg, size_t *len) {
-  worker_t *self = arg;
-  http_server_stats_t *each = malloc(self->all->count * sizeof *each);
-  char *page;
-  if (each == NULL)
-    return NULL;
-  gather(server, self, each);
-  page = http_metrics_format(each, self->all->count, len);
-  free(each);
-  return page;
+  return each;
 }
 
 /* ---- A worker --------------------------------------------------------------------- */
@@ -236,8 +195,7 @@ static int worker_init(workers_t *all, worker_t *w, const http_server_config_t *
   w->all = all;
   w->config = *config;
   w->config.listen_fd = fd;
-  w->config.stats_line = stats_line;
-  w->config.metrics = metrics;
+  w->config.gather = gather;
   w->config.stats_arg = w;
   r = uv_loop_init(&w->loop);
   if (r != 0)
@@ -307,7 +265,8 @@ static void on_signal(uv_signal_t *handle, int signum) {
 static void print_final(workers_t *all) {
   http_server_stats_t sum, one;
   char line[4096];
-  unsigned i;
+  unsigned i, count = 0;
+  http_server_stats_t *each = gather(all->worker[0].server, &all->worker[0], &count);
   memset(&sum, 0, sizeof sum);
   for (i = 0; i < all->count; i++) {
     http_server_stats(all->worker[i].server, &one);
@@ -317,7 +276,8 @@ static void print_final(workers_t *all) {
          " connections with a request in flight, after %" PRIu64 " ms\n",
          sum.counters.drain_answered, sum.counters.drain_dropped,
          (all->drain_ended_ns - all->drain_started_ns) / 1000000);
-  stats_line(all->worker[0].server, &all->worker[0], line, sizeof line);
+  http_server_format_stats(all->worker[0].server, each, count, line, sizeof line);
+  free(each);
   printf("stats %s\n", line);
   fflush(stdout);
 }

@@ -16,7 +16,7 @@
  * SIGINT drains every worker; when all are done it prints the shutdown line
  * and the final stats, summed over the workers, and returns 0; a second
  * signal drops what is in flight and returns 128 + the signal. Returns 1 if
- * a worker could not start. config->listen_fd, stats_line and stats_arg are
+ * a worker could not start. config->listen_fd, gather and stats_arg are
  * its own. */
 int http_workers_run(const http_server_config_t *config, const uvtw_options_t *wheel_options,
                      unsigned workers);

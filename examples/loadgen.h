@@ -1,6 +1,7 @@
 /* loadgen: a libuv HTTP load generator for examples/http_server, shared by
- * the demo and the load test. Loopback only by intent: it drives a server
- * it spawned itself.
+ * the demo and the load test, and the server under test, which
+ * test_idle_server.c starts too. Loopback only by intent: it drives a
+ * server it spawned itself.
  *
  * A run is a set of clients, each of one kind (well-behaved keep-alive,
  * idle, slowloris, ...). They connect with a bounded number of connects in
@@ -15,7 +16,7 @@
 
 #include <uv.h>
 
-/* ---- The server under test -------------------------------------------------- */
+/* ---- The server under test (lg_server.c) ------------------------------------ */
 
 typedef struct lg_server_s {
   uv_process_t process;
@@ -38,10 +39,10 @@ typedef struct lg_server_s {
  * --error-exitcode=1"), its words are put in front. */
 int lg_server_start(uv_loop_t *loop, lg_server_t *server, const char *exe, const char *args);
 
-/* Sends SIGTERM and runs the loop until the server exited and its stdout is
- * drained (at most timeout_ms; then SIGKILL). Returns 0 if it exited with
- * status 0 on its own. */
-int lg_server_stop(uv_loop_t *loop, lg_server_t *server, uint64_t timeout_ms);
+/* Sends `signum` and runs the loop until the server exited and its stdout
+ * is drained (at most timeout_ms; then SIGKILL). Returns 0 if it exited
+ * with status 0 on its own. */
+int lg_server_stop(uv_loop_t *loop, lg_server_t *server, int signum, uint64_t timeout_ms);
 
 /* The server's resident set (VmRSS) in KiB, or -1. */
 long lg_server_rss_kib(const lg_server_t *server);

@@ -1,26 +1,9 @@
 'use strict';
-// The server against hostile clients (TAP), on raw sockets.
+// The server against hostile clients (TAP), on raw sockets: each point of
+// examples/README.md, "Hostile clients" (its test table says what each case
+// checks).
 // usage: node test_http_hostile.js PATH/TO/http_server [CASE...]
-//
-// smuggling  a second request hidden in framing a strict server refuses
-//            (a head ended by CR CR, chunk data without its CRLF, a space
-//            in a header name, an empty header name, Transfer-Encoding in
-//            HTTP/1.0) gets one 400 and a close, never a second answer.
-// host       HTTP/1.1 without Host, with two, with "a, b": 400 and a close;
-//            HTTP/1.0 without Host and host:port are answered.
-// bytes      a header value after 1 MiB of spaces, a 4 MiB chunk
-//            extension, 20 KB of trailers: 431 and a close.
-// gone       a client that asks for /delay?ms=3600000 and closes: let go
-//            of in about a second (a 102 probe the closed socket resets),
-//            its task cancelled and counted, with the default timeouts.
-// buffered   clients that never read /bytes?n=1048576: cut once the
-//            server holds more than --max-buffered, counted, memory freed.
-// bench      /spin and /bytes are 404 without --bench-routes.
-// fds        under `ulimit -n 40`, clients beyond the descriptors wait in
-//            the backlog, none dropped, the server does not spin, and they
-//            are answered, and new ones served, once some are free; the
-//            exhaustion is logged once per burst and counted in /stats
-//            and /metrics.
+//        cases: smuggling, host, bytes, bench (one server), gone, buffered, fds
 // Loopback only; about 10 s.
 const t = require('./http_test_lib');
 

@@ -27,6 +27,7 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,7 +157,7 @@ static void part_mixed(void) {
          "server: /delay answers were scheduled from worker threads and fired (%lld)",
          lg_stat(after_stats, "delay_fired"));
 
-  r = lg_server_stop(loop, &server, 5000);
+  r = lg_server_stop(loop, &server, SIGTERM, 5000);
   tap_ok(r == 0, "server exits 0 on SIGTERM (status %" PRId64 ", signal %d)", server.exit_status,
          server.term_signal);
   final = strstr(server.out_buf, "stats ");
@@ -221,7 +222,7 @@ static void part_many(void) {
   TAP_EQ(lg.kind[LG_IDLE].connect_errors, 0, "10000 connections: no connect error");
   check_cut_off(&lg, LG_IDLE, keep_alive_ms, SLACK_10K_MS, "10000 idle keep-alive");
   lg_free(&lg);
-  r = lg_server_stop(loop, &server, 10000);
+  r = lg_server_stop(loop, &server, SIGTERM, 10000);
   tap_ok(r == 0, "10000-connection server exits 0 on SIGTERM");
   {
     const char *final = strstr(server.out_buf, "stats ");

@@ -1,27 +1,14 @@
 'use strict';
 // GET /metrics, checked by Prometheus's own tools (TAP).
 // usage: node test_http_metrics.js PATH/TO/http_server [CASE...]
-//        (the cases whose name contains an argument; none: all)
+//        cases: page, promtool, prometheus (the last two skipped, saying
+//        so, without Debian's prometheus or promtool)
 //
-// page        --workers 2: 200 with Content-Type text/plain; version=0.0.4;
-//             every family has one series per worker (worker="0", "1");
-//             the lateness histogram is cumulative, ends in le="+Inf",
-//             which equals its _count, and has a _sum (late_total_ms in
-//             seconds); a GET / counts in class="2xx";
-//             process_resident_memory_bytes and process_open_fds are there.
-// promtool    `promtool check metrics` finds no error and no warning in the
-//             page (skipped, saying so, without promtool).
-// (test_http_shed.js checks that /metrics answers while shedding.)
-// prometheus  a real Prometheus (package prometheus; skipped, saying so,
-//             without it) scrapes the server, run as an operator would
-//             (--workers 2, no other flag), every second; the p99 lateness
-//             of the last 5 s summed over the workers,
-//               histogram_quantile(0.99, sum by (le)
-//                 (rate(uvtw_timer_lateness_seconds_bucket[5s])))
-//             is below 0.05 s on the quiet server and at least 0.2 s
-//             within 5 s after the process stalled 300 ms (SIGSTOP, SIGCONT).
-//
-// Loopback only; about 25 s with Prometheus.
+// prometheus: a real Prometheus scrapes the server every second, run as an
+// operator would (--workers 2, no other flag), and answers the p99 query of
+// examples/README.md, "Prometheus", below 0.05 s on the quiet server and
+// at least 0.2 s within 5 s after the process stalled 300 ms (SIGSTOP,
+// SIGCONT). Loopback only; about 25 s with Prometheus.
 const { spawn, spawnSync } = require('child_process');
 const fs = require('fs');
 const net = require('net');

@@ -3,19 +3,12 @@
 // usage: node test_http_resources.js PATH/TO/http_server
 //
 // 1. Pipelining clients that never read (GET /bytes?n=65536 over and over):
-//    the server answers until the client's receive buffer and its own send
-//    buffer are full, keeps at most PENDING_MAX bytes of further requests,
-//    stops reading, and closes each connection when its queued response has
-//    waited --send-timeout.
-// 2. Accept without memory (injected with --fail-accept-allocs N): the
-//    connection waits in the listener and is taken when memory returns; the
-//    server neither drops it nor spins meanwhile.
-//    (Accept without descriptors: test_http_hostile.js, fds.)
-// 3. How late the loop runs, at /stats: the lateness p50, p99 and max of the
-//    last completed second and since start are there and parse; after a
-//    /spin?ms=1200 (the loop blocked 1.2 s, across the once-a-second copy
-//    of the wheel's statistics) the last second's p99 and max say so; with
-//    --workers 2 the sum over the workers says so whichever worker spun.
+//    the server keeps at most PENDING_MAX bytes of further requests, stops
+//    reading, and closes each connection at --send-timeout.
+// 2. Accept without memory (--fail-accept-allocs N): the connection waits
+//    in the listener, neither dropped nor spun on, until memory returns.
+// 3. The lateness at /stats: a /spin?ms=1200 blocks the loop across the
+//    once-a-second copy of the wheel's statistics, on 1 and 2 workers.
 // Loopback only; about 15 s.
 const { once } = require('events');
 const t = require('./http_test_lib');

@@ -1,27 +1,12 @@
 'use strict';
 // Shedding load when the loop lags: --max-loop-delay and --retry-after (TAP).
 // usage: node test_http_shed.js PATH/TO/http_server [CASE...]
-//        (the cases whose name contains an argument; none: all)
+//        cases: shed, in_flight, off, retry_after, workers, usage
 //
-// shed         --max-loop-delay 50: a /spin?ms=300 blocks the loop; within
-//              the next second (the once-a-second check of the last
-//              second's p99) new requests get 503 with Retry-After: 10 and
-//              Connection: close, and the connection closes; /stats and
-//              /metrics still answer 200 and say shedding=1, shed=N; once
-//              the loop is quiet for a second, 200 comes back (within 3 s).
-// in_flight    a request whose first bytes came before the shedding began
-//              is answered 200 while new ones get 503.
-// off          without --max-loop-delay (the default, 0) no request gets
-//              503 after a spin, and /stats says shed=0.
-// retry_after  --retry-after 3 is the Retry-After of the 503.
-// workers      --workers 2: spins on keep-alive connections to both
-//              workers make new requests get 503; /stats stays reachable
-//              and counts them; 200 comes back.
-// usage        --max-loop-delay and --retry-after refuse what is not a
-//              number.
-//
-// Each worker decides on its own loop's lag: a spin blocks only the worker
-// that owns the connection. Loopback only; about 15 s.
+// The 503 may take up to a second to come: the server compares the last
+// second's p99 with --max-loop-delay once a second. Each worker decides on
+// its own loop's lag: a spin blocks only the worker that owns the
+// connection. Loopback only; about 15 s.
 const { spawnSync } = require('child_process');
 const t = require('./http_test_lib');
 

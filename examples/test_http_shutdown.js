@@ -1,26 +1,13 @@
 'use strict';
 // Graceful shutdown (TAP). usage: node test_http_shutdown.js PATH/TO/http_server [CASE...]
-//        (the cases whose name contains an argument: drain, grace,
-//        second_signal, backlog; none: all; each runs on one worker, then
-//        on two, with requests in flight on both)
+//        cases: drain, grace, second_signal, backlog; each runs on one
+//        worker, then on two, with requests in flight on both
 //
-// 1. Drain: 100 clients (60 on two workers) each wait for GET
-//    /delay?ms=1000, one client has two such requests pipelined, 20
-//    keep-alive clients are idle. On SIGTERM the server stops accepting,
-//    closes the idle ones at once, answers every request it had received in
-//    full (the last answer on each connection with `Connection: close`), and
-//    exits 0 when the last one is written, its final stats summed over the
-//    workers.
-// 2. Grace period: requests that would take longer than --shutdown-grace are
-//    dropped when it ends; the server says how many and exits 0.
-// 3. A second signal during the drain exits at once (status 128 + the
-//    signal).
-// 4. Backlog: while /spin?ms=500 blocks the loop, clients connect and send
-//    GET /, and SIGTERM follows 50 ms later: their connections wait in the
-//    listen backlog when the drain begins. The server takes them in before
-//    it closes the listener (which would reset them) and answers each; it
-//    reports dropped 0. (With two workers, spins on 4 connections block
-//    both but in 1 case in 8; the checks hold either way.)
+// backlog: requests sent while /spin?ms=500 blocks the loop, 50 ms before
+// SIGTERM, wait in the listen backlog when the drain begins; the server
+// takes them in before it closes the listener (which would reset them).
+// With two workers, spins on 4 connections block both but in 1 case in 8;
+// the checks hold either way.
 // The signal is sent once the server's /stats show every request taken in,
 // so nothing depends on a sleep. Loopback only; about 5 s.
 const t = require('./http_test_lib');

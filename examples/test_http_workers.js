@@ -1,18 +1,8 @@
 'use strict';
 // The server on two loops, one per thread, sharing a port (TAP).
 // usage: node test_http_workers.js PATH/TO/http_server [CASE...]
-//        (the cases whose name contains an argument; none: all)
-//
-// spread        40 connections reach both workers: /stats says workers=2 and
-//               worker_accepted shows two counts, both > 0, summing to
-//               `accepted`; every request is answered.
-// timeouts      40 silent and 40 idle keep-alive connections, on both
-//               workers: each silent one gets 408 at headersTimeout, each
-//               idle one is closed at keepAliveTimeout, none early, and the
-//               summed counters say so.
-// (test_http_shutdown.js runs each of its cases on two workers too: the
-// drain, the grace period, a second signal, the backlog.)
-// usage         --workers 0 is refused.
+//        cases: spread, timeouts, usage (test_http_shutdown.js runs each
+//        of its cases on two workers too)
 //
 // The kernel hashes each connection (its addresses and ports) to one of the
 // two listening sockets, so 40 connections land on both but for a chance

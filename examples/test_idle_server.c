@@ -3,6 +3,7 @@
  * ones are not, SLOW requests get their answer or TIMEOUT at the request
  * deadline (1000 ms), and SIGINT ends the server with status 0. Every wait
  * is bounded by poll(), so a broken server fails a check instead of hanging.
+ * The server is started and stopped as the load test's is (lg_server.c).
  *
  *   test_idle_server PATH_TO_IDLE_SERVER */
 #ifndef _POSIX_C_SOURCE
@@ -13,16 +14,16 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "loadgen.h"
 #include "tap.h"
 
 #define IDLE_MS 300
 
-static pid_t server = -1;
-static int port;
+static uv_loop_t *loop;
+static lg_server_t server;
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -57,7 +58,7 @@ static int dial(void) {
   struct sockaddr_in addr;
   memset(&addr, 0, sizeof addr);
   addr.sin_family = AF_INET;
-  addr.sin_port = htons((uint16_t)port);
+  addr.sin_port = htons((uint16_t)server.port);
   inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
@@ -69,25 +70,6 @@ static int dial(void) {
 
 static int send_str(int fd, const char *s) {
   return write(fd, s, strlen(s)) == (ssize_t)strlen(s);
-}
-
-static int start_server(const char *path) {
-  int out[2];
-  if (pipe(out) != 0)
-    return 0;
-  server = fork();
-  if (server == 0) {
-    dup2(out[1], 1);
-    close(out[0]);
-    close(out[1]);
-    execl(path, path, "0", "300", (char *)NULL);
-    _exit(127);
-  }
-  close(out[1]);
-  char line[128];
-  int n = read_line(out[0], line, sizeof line, 5000);
-  close(out[0]);
-  return n > 0 && sscanf(line, "listening on 127.0.0.1:%d", &port) == 1 && port > 0;
 }
 
 static void test_idle_cut(void) {
@@ -149,22 +131,12 @@ static void test_slow(void) {
 
 static void test_sigint(void) {
   char line[300];
-  int fd = dial(), status = -1;
+  int fd = dial();
   tap_ok(fd >= 0 && send_str(fd, "x\n") && read_line(fd, line, sizeof line, 2000) >= 0,
          "a client is connected when SIGINT comes");
-  kill(server, SIGINT);
   int64_t t0 = now_ms();
-  pid_t got = 0;
-  while (got == 0 && now_ms() - t0 < 3000) {
-    struct timespec gap = {0, 5 * 1000000L};
-    got = waitpid(server, &status, WNOHANG);
-    if (got == 0)
-      nanosleep(&gap, NULL);
-  }
-  if (got == server)
-    server = -1;
-  tap_ok(got > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
-         "SIGINT: the server exits 0 in %lld ms", (long long)(now_ms() - t0));
+  tap_ok(lg_server_stop(loop, &server, SIGINT, 3000) == 0, "SIGINT: the server exits 0 in %lld ms",
+         (long long)(now_ms() - t0));
   tap_ok(fd >= 0 && read_line(fd, line, sizeof line, 1000) == -1,
          "and the client's connection is closed");
   if (fd >= 0)
@@ -177,16 +149,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: test_idle_server PATH_TO_IDLE_SERVER\n");
     return 2;
   }
-  int started = start_server(argv[1]);
-  if (tap_ok(started, "the server prints its port (%d)", port)) {
+  loop = uv_default_loop();
+  if (tap_ok(lg_server_start(loop, &server, argv[1], "0 300") == 0,
+             "the server prints its port (%d)", server.port)) {
     test_idle_cut();
     test_active_kept();
     test_slow();
     test_sigint();
-  }
-  if (server > 0) { /* a failed check left it running */
-    kill(server, SIGKILL);
-    waitpid(server, NULL, 0);
   }
   return tap_done();
 }

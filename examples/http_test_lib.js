@@ -174,15 +174,19 @@ function parseStats(line) {
   return out;
 }
 
-// Whether both workers of a --workers 2 server took some of the
-// connections made between the /stats `before` and `st`: each worker's
-// accepted count grew by more than the /stats fetches made since `before`
-// alone could make it grow (each fetch is a connection one worker accepts).
-function bothTook(name, before, st) {
+// Whether each worker of a --workers 2 server accepted more than `more`
+// connections between the /stats `before` and `st` beyond the /stats
+// fetches since `before` (a connection each, on either worker).
+function took(before, st, more = 0) {
   const b = String(before.worker_accepted).split(',').map(Number);
   const grown = String(st.worker_accepted).split(',').map((a, i) => Number(a) - b[i]);
   const fetches = st.fetch - before.fetch;
-  ok(grown.length === 2 && grown.every((n) => n > fetches),
+  return { grown, fetches, both: grown.length === 2 && grown.every((n) => n > fetches + more) };
+}
+
+function bothTook(name, before, st) {
+  const { grown, fetches, both } = took(before, st);
+  ok(both,
     `${name} (they accepted ${grown.join(' and ')} connections; the /stats fetches make at most ${fetches})`,
     `expected each worker to accept more than ${fetches}; worker_accepted was ${before.worker_accepted}, then ${st.worker_accepted}`);
 }
@@ -322,6 +326,6 @@ const waitResponses = (c, n = 1) => waitData(c, (d) => parseResponses(d).respons
 
 module.exports = {
   HOST, H, ok, eq, skip, diag, run, sleep, want, runCases, which, cpuSeconds, startServer, stop, stopOk,
-  shutdownLine, get, stats, parseStats, waitStats, bothTook, connect, connectMany, refused, waitData, exchange,
+  shutdownLine, get, stats, parseStats, waitStats, took, bothTook, connect, connectMany, refused, waitData, exchange,
   parseResponses, single, waitResponses,
 };

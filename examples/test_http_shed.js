@@ -141,11 +141,8 @@ async function workers() {
   const before = await t.stats(server);
   // The kernel picks a connection's worker by a hash of its ports: a round
   // of N all on one worker (a chance of 2 in 2^N) is followed by another.
-  const reachedBoth = (st) => String(st.worker_accepted).split(',')
-    .map((a, i) => Number(a) - Number(String(before.worker_accepted).split(',')[i]))
-    .every((n) => n > st.fetch - before.fetch + 1);
   const cs = [];
-  for (let round = 0; round < 4 && (round === 0 || !reachedBoth(await t.stats(server))); round++)
+  for (let round = 0; round < 4 && (round === 0 || !t.took(before, await t.stats(server), 1).both); round++)
     for (let i = 0; i < N; i++) cs.push(await t.connect(server.port));
   // Each worker blocks for EACH ms per spin on its connections.
   for (const c of cs) c.sock.write(`GET /spin?ms=${EACH} HTTP/1.1\r\n${t.H}\r\n`);

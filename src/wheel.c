@@ -110,6 +110,18 @@ static wheel_node_t *sort_by_seq(wheel_node_t *chain) {
   return merge_by_seq(sort_by_seq(chain), sort_by_seq(second));
 }
 
+/* Puts a slot's entries in start order. */
+static void sort_slot(wheel_node_t *head) {
+  head->prev->next = NULL;
+  wheel_node_t *node = sort_by_seq(head->next);
+  list_init(head);
+  while (node != NULL) {
+    wheel_node_t *next = node->next;
+    list_append(head, node);
+    node = next;
+  }
+}
+
 /* The first occupied slot, which holds the earliest entries (slots are in
  * time order); false if none. */
 static bool first_occupied(const wheel_t *w, unsigned *index) {
@@ -132,25 +144,22 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
     w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
     wheel_node_t *head = &w->slots[index];
     unsigned level = wheel_level_of_slot(index);
-    bool sort = level == 0 && (w->unsorted[index / 64] & ((uint64_t)1 << index % 64));
-    if (level == 0 && !sort) {
+    if (level == 0) {
+      uint64_t bit = (uint64_t)1 << index % 64;
+      if (w->unsorted[index / 64] & bit) {
+        w->unsorted[index / 64] &= ~bit;
+        sort_slot(head);
+      }
       list_splice(&w->expired, head);
       continue;
     }
-    /* An upper slot's entries are refiled against its start (none comes
-     * back to it); a level-0 slot marked unsorted fires in start order. */
+    /* Refiled against the slot's start, no entry comes back to this slot. */
     head->prev->next = NULL;
     wheel_node_t *node = head->next;
     list_init(head);
-    if (sort) {
-      w->unsorted[index / 64] &= ~((uint64_t)1 << index % 64);
-      node = sort_by_seq(node);
-    }
     while (node != NULL) {
       wheel_node_t *next = node->next;
-      if (sort)
-        list_append(&w->expired, node);
-      else if (wheel_file(w, node) < level)
+      if (wheel_file(w, node) < level)
         w->cascaded++;
       node = next;
     }

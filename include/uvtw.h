@@ -22,9 +22,9 @@
  * ThreadSanitizer (-fsanitize=thread) reports it.
  *
  * Mistakes: a release build checks nothing that costs time. The debug
- * build (Meson's -Dchecks, on unless the build type is release) and
- * AddressSanitizer report the mistakes named below where they happen
- * (test/test_misuse.c shows each).
+ * build (Meson's -Dchecks, on unless the build type is release, minsize or
+ * plain) and AddressSanitizer report the mistakes named below where they
+ * happen (test/test_misuse.c shows each; README.md, "Debug your use").
  *
  * Errors are negative libuv error codes (UV_EINVAL, ...); 0 is success. A
  * call that fails changes nothing.
@@ -259,10 +259,12 @@ UVTW_EXTERN const char *uvtw_version_string(void);
  * alone. Call it once before any other uvtw_timer_* call on the timer, and
  * again only while the timer is inactive (after its wheel's close callback,
  * to give it to another wheel). Initialising an active timer (a struct
- * reused without a stop) corrupts the wheel's lists, and a one-shot may
- * then fire twice: stop it first. The debug build (-Dchecks) stops the
- * program with a message at the next unlink beside the timer's old place;
- * a release build does not see it. */
+ * reused without a stop) corrupts the wheel's lists: stop it first. In a
+ * release build the timers filed beside its old place may then never fire,
+ * uv_run may never return (the wheel still counts the old start as
+ * pending), or the program may crash at a later start or stop; it sees
+ * nothing. The debug build (-Dchecks) stops the program with a message at
+ * the next unlink beside the timer's old place. */
 UVTW_EXTERN void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer);
 
 /* Arms the timer to fire `timeout` ms from now on the wheel's clock

@@ -1,7 +1,8 @@
 /* A careless program's mistakes, diagnosed where a build can see them. A
  * release build compiles no check (its speed is the product's), so there a
  * mistake corrupts memory silently; the debug build (-Dchecks, the default
- * unless the build type is release) and the sanitizers report it:
+ * unless the build type is release, minsize or plain) and the sanitizers
+ * report it:
  *
  *   ticket_released_twice          ASan: use-after-poison (pool.c poisons a
  *                                  block given back); checks: the abort of

@@ -57,30 +57,16 @@
 
 /* uv.h needs POSIX 2001 or later (pthread_rwlock_t, struct addrinfo), which
  * strict ISO C (-std=c11, __STRICT_ANSI__) hides; -pthread (_REENTRANT)
- * alone asks glibc for POSIX 1995 only. When the translation unit chose no
- * feature set, this asks for POSIX 2008, so that `cc -std=c11` with
- * pkg-config's flags compiles a program that includes uvtw.h after any ISO
- * C header (<stdio.h>, <stdlib.h>, ...). glibc derives what its headers
- * declare once, in <features.h>, at the first system header; if one came
- * first, <features.h> is read again (it starts from a clean slate for
- * that), so the POSIX headers uv.h includes next declare what it needs. A
- * POSIX header included before uvtw.h (also one an ISO header pulled in,
- * as <signal.h> does with -pthread) was read without POSIX 2008 and cannot
- * be read again: that order stops with the #error below. Outside strict mode
- * the compiler's default (_DEFAULT_SOURCE) already has POSIX 2008. */
+ * alone asks glibc for POSIX 1995 only. The flags uvtw gives its users
+ * (pkg-config's Cflags, the CMake target uvtw::uvtw, the Meson dependency)
+ * define _DEFAULT_SOURCE, as the compiler does outside strict mode, so
+ * `cc -std=c11 $(pkg-config --cflags --libs uvtw)` compiles whatever the
+ * order of the includes. A strict translation unit with no feature set
+ * stops here, naming the fix, rather than in uv.h. */
 #if defined(__STRICT_ANSI__) && !defined(_WIN32) && !defined(_XOPEN_SOURCE) &&                     \
-    !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) &&                                          \
-    (!defined(_POSIX_C_SOURCE) || (defined(_REENTRANT) && _POSIX_C_SOURCE == 199506L))
-#if defined(_PTHREAD_H) || defined(_BITS_PTHREADTYPES_COMMON_H) || defined(_SYS_TYPES_H) ||        \
-    defined(_NETDB_H) || defined(_SYS_SOCKET_H) || defined(_UNISTD_H) || defined(_SYS_STAT_H)
-#error "uv.h needs POSIX: include uvtw.h before POSIX headers, or define _POSIX_C_SOURCE 200809L"
-#endif
-#undef _POSIX_C_SOURCE
-#define _POSIX_C_SOURCE 200809L
-#if defined(_FEATURES_H)
-#undef _FEATURES_H
-#include <features.h>
-#endif
+    !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE) && !defined(_BSD_SOURCE) &&                 \
+    (!defined(_POSIX_C_SOURCE) || _POSIX_C_SOURCE < 200112L)
+#error "uv.h needs POSIX, hidden by -std=c11: use pkg-config --cflags uvtw or -D_DEFAULT_SOURCE"
 #endif
 
 #include <stdint.h>

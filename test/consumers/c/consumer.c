@@ -3,7 +3,11 @@
  * -Werror), by CMake through find_package(uvtw), and by a Meson parent
  * project with uvtw as a subproject. It runs one timer and one task and
  * checks the version macros against the library. Exit status 0: all good. */
-#include <uvtw.h> /* first, with nothing defined: uvtw.h sees to uv.h's needs */
+/* <time.h> before uvtw.h, with nothing defined but uvtw's flags: clock_gettime
+ * is declared whatever the order (-std=c11 hides POSIX; the flags show it). */
+#include <time.h>
+
+#include <uvtw.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -47,6 +51,11 @@ int main(void) {
   printf("uvtw %s (header %s), libuv %s\n", uvtw_version_string(), version, uv_version_string());
   failed += check(strcmp(version, uvtw_version_string()) == 0,
                   "the header's version macros name the library's version");
+
+#ifndef _WIN32 /* POSIX; MinGW declares it but links it only with winpthread */
+  struct timespec ts;
+  failed += check(clock_gettime(CLOCK_MONOTONIC, &ts) == 0, "POSIX's clock_gettime is declared");
+#endif
 
   if (uv_loop_init(&loop) != 0 || uvtw_wheel_new(&loop, NULL, &wheel) != 0)
     return check(0, "a loop and a wheel open");

@@ -749,6 +749,224 @@ static void test_walk_then_close_in_advance(void) {
   walk_then_close_in_advance(true, true);
 }
 
+/* As real libuv programs use the wheel, against include/uvtw.h and
+ * README.md:
+ *
+ *   walk_after_close ........ uvtw_wheel_close, then a uv_walk closing every
+ *                             other handle: the close callback runs, the loop
+ *                             closes
+ *   walk_before_close ....... a uv_walk closes every handle, the wheel's two
+ *                             among them, uv_loop_close, then uvtw_wheel_close:
+ *                             no crash, pending tasks end with UV_ECANCELED,
+ *                             the close callback runs, timers are inert
+ *   walk_in_callback ........ a wheel timer's callback walks the loop closing
+ *                             every handle; the wheel closed after uv_run,
+ *                             the loop used again: no handle the walk closed
+ *                             is started again
+ *   walk_in_peer_pass ....... the same from another wheel's pass, which then
+ *                             starts a due timer on the walked wheel
+ */
+
+static void count_close_cb(uvtw_wheel_t *wheel, void *arg) {
+  (void)wheel;
+  ++*(int *)arg;
+}
+
+static void noop_uv_timer_cb(uv_timer_t *handle) {
+  (void)handle;
+}
+
+static void count_uv_timer_cb(uv_timer_t *handle) {
+  ++*(int *)handle->data;
+}
+
+static void test_walk_after_close(void) {
+  const char *T = "walk_after_close";
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel;
+  uvtw_timer_t timer;
+  uv_timer_t other;
+  task_probe_t probe = {0};
+  int closes = 0;
+  if (!tap_ok(uv_loop_init(&loop) == 0 && uvtw_wheel_new(&loop, NULL, &wheel) == 0,
+              "%s: a loop and a wheel", T))
+    return;
+  uvtw_timer_init(wheel, &timer);
+  uvtw_timer_start(&timer, fx_noop_timer_cb, 10000, 0);
+  uvtw_schedule(wheel, 10000, task_probe_cb, &probe, NULL);
+  uv_timer_init(&loop, &other);
+  uv_timer_start(&other, noop_uv_timer_cb, 10000, 0);
+  uvtw_wheel_close(wheel, count_close_cb, &closes);
+  uv_walk(&loop, close_any_handle, NULL); /* skips the wheel's closing handles */
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_U64(closes, 1, "%s: the close callback ran once", T);
+  EXPECT_U64(probe.calls, 1, "%s: the pending task ran once...", T);
+  EXPECT_I64(probe.status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
+  EXPECT_ERR(uv_loop_close(&loop), 0, "%s: uv_loop_close returns 0", T);
+  EXPECT_U64(!!uvtw_timer_is_active(&timer), 0, "%s: the timer is inactive", T);
+}
+
+static void test_walk_before_close(void) {
+  const char *T = "walk_before_close";
+  uv_loop_t *loop = fx_xcalloc(1, sizeof *loop);
+  uvtw_wheel_t *wheel;
+  uvtw_timer_t timer, idle;
+  task_probe_t pending = {0}, queued = {0};
+  uvtw_ticket_t *ticket = NULL;
+  int closes = 0;
+  if (!tap_ok(uv_loop_init(loop) == 0 && uvtw_wheel_new(loop, NULL, &wheel) == 0,
+              "%s: a loop and a wheel", T)) {
+    free(loop);
+    return;
+  }
+  uvtw_timer_init(wheel, &timer);
+  uvtw_timer_init(wheel, &idle);
+  uvtw_timer_start(&timer, fx_noop_timer_cb, 10000, 0);
+  EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &pending, &ticket), 0,
+             "%s: a 10 s task is scheduled", T);
+  uv_run(loop, UV_RUN_NOWAIT); /* the loop's setup: it takes the task in */
+  EXPECT_U64(fx_stats(wheel).active, 2, "%s: the timer and the task are in the wheel", T);
+  EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &queued, NULL), 0,
+             "%s: another 10 s task, still queued when the walk closes the handles", T);
+
+  /* The program's shutdown: close every handle, run the loop, close it. */
+  uv_walk(loop, close_any_handle, NULL);
+  uv_run(loop, UV_RUN_DEFAULT);
+  EXPECT_ERR(uv_loop_close(loop), 0, "%s: uv_loop_close returns 0 (the wheel's handles closed)", T);
+  memset(loop, 0xa5, sizeof *loop); /* the loop is gone: the wheel must not read it */
+  free(loop);
+  EXPECT_U64(pending.calls + queued.calls, 0, "%s: the tasks have not run yet", T);
+
+  /* Then the wheel. */
+  uvtw_wheel_close(wheel, count_close_cb, &closes);
+  EXPECT_U64(closes, 1, "%s: uvtw_wheel_close ran its callback (inside the call: no loop)", T);
+  EXPECT_U64(pending.calls, 1, "%s: the pending task in the wheel ran once...", T);
+  EXPECT_I64(pending.status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
+  EXPECT_U64(queued.calls, 1, "%s: the task still queued ran once...", T);
+  EXPECT_I64(queued.status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
+  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY,
+             "%s: its ticket is still safe to cancel: UV_EALREADY", T);
+  uvtw_ticket_release(ticket);
+
+  /* Timers outlive the wheel: what a connection's teardown calls is inert. */
+  EXPECT_ERR(uvtw_timer_stop(&timer), 0, "%s: stop after the close callback is a no-op", T);
+  EXPECT_U64(!!uvtw_timer_is_active(&timer), 0, "%s: the timer is inactive", T);
+  EXPECT_U64(uvtw_timer_get_due_in(&timer), 0, "%s: ...and due in 0", T);
+  EXPECT_ERR(uvtw_timer_stop(&idle), 0, "%s: stop of a timer never started: a no-op", T);
+
+  /* The timers may be given to a new wheel. */
+  uv_loop_t again;
+  uvtw_wheel_t *second;
+  if (tap_ok(uv_loop_init(&again) == 0 && uvtw_wheel_new(&again, NULL, &second) == 0,
+             "%s: a new loop and wheel", T)) {
+    uvtw_timer_init(second, &timer);
+    EXPECT_ERR(uvtw_timer_start(&timer, fx_noop_timer_cb, 1, 0), 0,
+               "%s: a timer of the closed wheel, initialised again, starts on the new one", T);
+    uv_run(&again, UV_RUN_DEFAULT);
+    EXPECT_U64(fx_stats(second).fired, 1, "%s: ...and fires", T);
+    closes = 0;
+    uvtw_wheel_close(second, count_close_cb, &closes);
+    uv_run(&again, UV_RUN_DEFAULT);
+    EXPECT_U64(closes, 1, "%s: the new wheel closes", T);
+    EXPECT_ERR(uv_loop_close(&again), 0, "%s: ...and its loop", T);
+  }
+}
+
+/* A wheel timer's callback shuts the program down with a uv_walk that
+ * closes every handle, the wheels' among them; once uv_run has finished the
+ * closes, the wheels are closed and freed, and the loop is used again (a
+ * test harness reusing its loop). `peer`: the walk runs in another wheel's
+ * pass, which then starts a due timer on the walked wheel. No libuv call may
+ * touch a handle the walk closed: on libuv < 1.48 a restarted uv_prepare_t
+ * would stay in the loop's list after its wheel is freed (ASan, Valgrind). */
+static struct {
+  uv_loop_t *loop;
+  uvtw_wheel_t *other;
+  uvtw_wheel_t *walker;
+  uvtw_timer_t late;
+  uv_handle_t *kept[8]; /* with a peer: the walking wheel's handles, left open */
+  int nkept;
+} wk;
+
+static void keep_handle(uv_handle_t *handle, void *arg) {
+  (void)arg;
+  if (wk.nkept < 8)
+    wk.kept[wk.nkept++] = handle;
+}
+
+static void close_unkept(uv_handle_t *handle, void *arg) {
+  (void)arg;
+  for (int i = 0; i < wk.nkept; i++)
+    if (wk.kept[i] == handle)
+      return;
+  if (!uv_is_closing(handle))
+    uv_close(handle, NULL);
+}
+
+/* With a peer, the walk leaves the walking wheel's own handles open, so
+ * that its pass goes on and the peer's arming decides inside it. */
+static void walk_cb(uvtw_timer_t *timer) {
+  (void)timer;
+  uv_walk(wk.loop, close_unkept, NULL);
+  if (wk.other != NULL) {
+    uvtw_timer_start(&wk.late, fx_noop_timer_cb, 0, 0);
+    uvtw_wheel_unref(wk.walker); /* its pending timer lets the loop end */
+  }
+}
+
+static void walk_in_pass(const char *T, bool peer) {
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel, *other = NULL;
+  uvtw_timer_t timer, pending;
+  int closes = 0, fires = 0;
+  wk.nkept = 0;
+  if (!tap_ok(uv_loop_init(&loop) == 0 && uvtw_wheel_new(&loop, NULL, &wheel) == 0,
+              "%s: a loop and a wheel", T))
+    return;
+  if (peer) {
+    uv_walk(&loop, keep_handle, NULL); /* the walking wheel's handles */
+    if (!tap_ok(uvtw_wheel_new(&loop, NULL, &other) == 0, "%s: a second wheel", T))
+      return;
+  }
+  wk.loop = &loop;
+  wk.other = other;
+  wk.walker = wheel;
+  uvtw_timer_init(wheel, &timer);
+  uvtw_timer_init(wheel, &pending);
+  uvtw_timer_start(&timer, walk_cb, 1, 0);
+  uvtw_timer_start(&pending, fx_noop_timer_cb, 10000, 0); /* the pass arms for it */
+  if (peer)
+    uvtw_timer_init(other, &wk.late);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_U64(fx_stats(wheel).fired, 1, "%s: the walking timer ran", T);
+  if (peer) {
+    uvtw_wheel_close(other, count_close_cb, &closes);
+    uvtw_wheel_close(wheel, count_close_cb, &closes);
+    uv_run(&loop, UV_RUN_DEFAULT); /* the walking wheel's handles close */
+  } else {
+    uvtw_wheel_close(wheel, count_close_cb, &closes);
+  }
+  EXPECT_U64(closes, peer ? 2 : 1, "%s: the close callbacks ran", T);
+  /* The loop again, with a uv_timer_t of its own. */
+  uv_timer_t again;
+  uv_timer_init(&loop, &again);
+  again.data = &fires;
+  uv_timer_start(&again, count_uv_timer_cb, 2, 0);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_U64(fires, 1, "%s: a uv_timer_t started after the shutdown runs", T);
+  uv_close((uv_handle_t *)&again, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  EXPECT_ERR(uv_loop_close(&loop), 0, "%s: uv_loop_close returns 0", T);
+}
+
+static void test_walk_in_callback(void) {
+  walk_in_pass("walk_in_callback", false);
+}
+
+static void test_walk_in_peer_pass(void) {
+  walk_in_pass("walk_in_peer_pass", true);
+}
+
 static const tap_case_t cases[] = {
     TAP_CASE(close_pending_timers),
     TAP_CASE(close_from_timer_cb),
@@ -757,6 +975,10 @@ static const tap_case_t cases[] = {
     TAP_CASE(close_everything_outstanding),
     TAP_CASE(close_timers_first),
     TAP_CASE(walk_then_close_in_advance),
+    TAP_CASE(walk_after_close),
+    TAP_CASE(walk_before_close),
+    TAP_CASE(walk_in_callback),
+    TAP_CASE(walk_in_peer_pass),
 };
 
 FX_MAIN(cases)

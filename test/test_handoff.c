@@ -505,11 +505,178 @@ static void test_cancel_from_main(void) {
   ho_close(o);
 }
 
+/* As real libuv programs use the wheel, against include/uvtw.h and
+ * README.md:
+ *
+ *   loop_on_other_thread .... loop and wheel made on one thread, uv_run on
+ *                             another: the making thread's tasks and cancels
+ *                             go through the queue and run on the loop thread
+ *   before_first_run ........ a task scheduled before the loop first runs
+ *                             keeps uv_run(DEFAULT) going until it ran, with
+ *                             the loop run on the same or another thread; an
+ *                             idle wheel does not keep it going
+ */
+
+static void count_close_cb(uvtw_wheel_t *wheel, void *arg) {
+  (void)wheel;
+  ++*(int *)arg;
+}
+
+typedef struct remote_probe_s {
+  atomic_int calls;
+  atomic_int status;
+  atomic_int on_loop_thread;
+  const uv_thread_t *loop_thread;
+} remote_probe_t;
+
+static void remote_probe_cb(void *arg, int status) {
+  remote_probe_t *p = arg;
+  uv_thread_t self = uv_thread_self();
+  atomic_store(&p->status, status);
+  atomic_store(&p->on_loop_thread, uv_thread_equal(&self, p->loop_thread));
+  atomic_fetch_add(&p->calls, 1);
+}
+
+static void wait_calls(remote_probe_t *p, int calls, uint64_t ms) {
+  uint64_t end = uv_hrtime() + ms * NS_PER_MS;
+  while (atomic_load(&p->calls) < calls && uv_hrtime() < end)
+    fx_sleep_ms(1);
+}
+
+typedef struct other_s {
+  fx_t f;
+  uv_async_t stop; /* referenced: keeps the loop running until sent */
+  uv_thread_t loop_thread;
+  atomic_int running; /* the loop thread is inside uv_run */
+  remote_probe_t now_probe, held_probe, cancelled_probe;
+  int closes;
+} other_t;
+
+static void other_stop_cb(uv_async_t *handle) {
+  other_t *o = handle->data;
+  uv_close((uv_handle_t *)&o->stop, NULL);
+  uvtw_wheel_close(o->f.wheel, count_close_cb, &o->closes);
+}
+
+static void other_loop_thread(void *arg) {
+  other_t *o = arg;
+  atomic_store(&o->running, 1);
+  uv_run(&o->f.loop, UV_RUN_DEFAULT);
+}
+
+static void test_loop_on_other_thread(void) {
+  const char *T = "loop_on_other_thread";
+  other_t *o = fx_xcalloc(1, sizeof *o);
+  uvtw_ticket_t *held = NULL, *cancelled = NULL;
+  if (!fx_open(&o->f, T, NULL)) {
+    free(o);
+    return;
+  }
+  uv_async_init(&o->f.loop, &o->stop, other_stop_cb);
+  o->stop.data = o;
+  o->now_probe.loop_thread = o->held_probe.loop_thread = o->cancelled_probe.loop_thread =
+      &o->loop_thread;
+  uv_thread_create(&o->loop_thread, other_loop_thread, o);
+  while (!atomic_load(&o->running))
+    fx_sleep_ms(1);
+
+  /* This thread made the wheel; the loop runs on the other. */
+  EXPECT_ERR(uvtw_schedule(o->f.wheel, 0, remote_probe_cb, &o->now_probe, NULL), 0,
+             "%s: a 0 ms task from the making thread is accepted", T);
+  EXPECT_ERR(uvtw_schedule(o->f.wheel, 5, remote_probe_cb, &o->held_probe, &held), 0,
+             "%s: a 5 ms task with a ticket too", T);
+  EXPECT_ERR(uvtw_schedule(o->f.wheel, 10000, remote_probe_cb, &o->cancelled_probe, &cancelled), 0,
+             "%s: and a 10 s task", T);
+  wait_calls(&o->now_probe, 1, 1000);
+  wait_calls(&o->held_probe, 1, 1000);
+  EXPECT_U64(atomic_load(&o->now_probe.calls), 1, "%s: the 0 ms task ran within 1 s", T);
+  EXPECT_U64(atomic_load(&o->held_probe.calls), 1, "%s: the 5 ms task ran within 1 s", T);
+  tap_ok(atomic_load(&o->now_probe.on_loop_thread) && atomic_load(&o->held_probe.on_loop_thread) &&
+             atomic_load(&o->now_probe.status) == 0,
+         "%s: ...on the loop's thread, with status 0", T);
+  EXPECT_ERR(uvtw_ticket_cancel(held), UV_EALREADY,
+             "%s: cancelling the task that ran is UV_EALREADY", T);
+  EXPECT_ERR(uvtw_ticket_cancel(cancelled), 0, "%s: cancelling the 10 s task wins", T);
+  uvtw_ticket_release(held);
+  uvtw_ticket_release(cancelled);
+
+  uv_async_send(&o->stop);
+  uv_thread_join(&o->loop_thread);
+  EXPECT_U64(o->closes, 1, "%s: the loop thread closed the wheel; its callback ran once", T);
+  EXPECT_U64(atomic_load(&o->cancelled_probe.calls), 0,
+             "%s: the cancelled task never ran, even at close", T);
+  o->f.wheel = NULL;
+  fx_close(&o->f);
+  free(o);
+}
+
+/* ---- Tasks scheduled before the loop first runs --------------------------- */
+
+typedef struct early_s {
+  fx_t f;
+  task_probe_t probe;
+  uint64_t run_ns; /* how long uv_run(DEFAULT) took */
+  int run_rc;
+} early_t;
+
+static void early_run_thread(void *arg) {
+  early_t *e = arg;
+  uint64_t t0 = uv_hrtime();
+  e->run_rc = uv_run(&e->f.loop, UV_RUN_DEFAULT);
+  e->run_ns = uv_hrtime() - t0;
+}
+
+static void before_first_run(bool other_thread, const char *T) {
+  early_t *e = fx_xcalloc(1, sizeof *e);
+  if (!fx_open(&e->f, T, NULL)) {
+    free(e);
+    return;
+  }
+  uint64_t t0 = uv_hrtime();
+  EXPECT_ERR(uvtw_schedule(e->f.wheel, 30, task_probe_cb, &e->probe, NULL), 0,
+             "%s: a 30 ms task scheduled before the loop ever ran", T);
+  if (other_thread) {
+    uv_thread_t thread;
+    uv_thread_create(&thread, early_run_thread, e);
+    uv_thread_join(&thread);
+  } else {
+    early_run_thread(e);
+  }
+  EXPECT_U64(e->probe.calls, 1, "%s: uv_run(DEFAULT) returned only after the task ran", T);
+  EXPECT_U64(e->probe.status, 0, "%s: ...with status 0", T);
+  if (!tap_ok(e->probe.ran_ns - t0 >= 29 * NS_PER_MS, "%s: ...not early", T))
+    tap_diag("  it ran %.3f ms after the call", (double)(e->probe.ran_ns - t0) / 1e6);
+  if (!other_thread)
+    EXPECT_U64(e->probe.wrong_thread, 0, "%s: ...on the loop's thread", T);
+
+  /* An idle wheel: uv_run(DEFAULT) returns at once. */
+  uint64_t t1 = uv_hrtime();
+  EXPECT_I64(uv_run(&e->f.loop, UV_RUN_DEFAULT), 0, "%s: with nothing pending uv_run returns 0", T);
+  tap_ok(uv_hrtime() - t1 < 500 * NS_PER_MS, "%s: ...at once", T);
+  EXPECT_U64(!!uv_loop_alive(&e->f.loop), 0,
+             "%s: once the loop has run, an idle wheel does not keep it alive", T);
+  fx_close(&e->f);
+  free(e);
+}
+
+static void test_before_first_run(void) {
+  before_first_run(false, "before_first_run, same thread");
+  before_first_run(true, "before_first_run, loop run on another thread");
+
+  /* A wheel made and left idle: uv_run(DEFAULT) returns without waiting. */
+  fx_t f;
+  if (!fx_open(&f, "before_first_run, idle", NULL))
+    return;
+  uint64_t t0 = uv_hrtime();
+  EXPECT_I64(uv_run(&f.loop, UV_RUN_DEFAULT), 0,
+             "before_first_run, idle: uv_run(DEFAULT) on an idle new wheel returns 0");
+  tap_ok(uv_hrtime() - t0 < 500 * NS_PER_MS, "before_first_run, idle: ...at once");
+  fx_close(&f);
+}
+
 static const tap_case_t cases[] = {
-    TAP_CASE(after_nowait_setup),
-    TAP_CASE(after_timer_start),
-    TAP_CASE(busy_worker),
-    TAP_CASE(cancel_from_main),
+    TAP_CASE(after_nowait_setup), TAP_CASE(after_timer_start),    TAP_CASE(busy_worker),
+    TAP_CASE(cancel_from_main),   TAP_CASE(loop_on_other_thread), TAP_CASE(before_first_run),
 };
 
 FX_MAIN(cases)

@@ -678,6 +678,118 @@ static void test_one_pass_per_iteration(void) {
   fx_close(&f);
 }
 
+/* As real libuv programs use the wheel, against include/uvtw.h and
+ * README.md:
+ *
+ *   busy_uv_timer_starts .... a wheel timer restarting itself with 0 runs once
+ *                             per loop iteration even when a uv_timer_t due at
+ *                             the same time starts another wheel timer
+ *   busy_two_wheels ......... two wheels on one loop whose callbacks restart
+ *                             themselves with 0 and start a timer on the other
+ *                             wheel: once per iteration each, and the loop
+ *                             goes on (libuv < 1.48 ran such timers again in
+ *                             the same timer phase)
+ */
+
+/* ---- Busy loops on libuv < 1.48 ------------------------------------------ */
+
+enum { BUSY_ITERATIONS = 30 };
+
+typedef struct busy_timer_s {
+  uvtw_timer_t timer;
+  struct busy_timer_s *other; /* started from this one's callback, if set */
+  uint64_t last_iter;
+  int runs, twice; /* callbacks; iterations in which it ran more than once */
+} busy_timer_t;
+
+static struct {
+  busy_timer_t self, other;
+  busy_timer_t a, b;
+  uv_timer_t starter;
+  int start_errors;
+} busy;
+
+static void busy_cb(uvtw_timer_t *timer) {
+  busy_timer_t *t = timer->data;
+  if (t->runs > 0 && t->last_iter == g_fx->iter)
+    t->twice++;
+  t->last_iter = g_fx->iter;
+  if (++t->runs >= BUSY_ITERATIONS)
+    return;
+  busy.start_errors += uvtw_timer_start(timer, busy_cb, 0, 0) != 0;
+  if (t->other != NULL)
+    busy.start_errors += uvtw_timer_start(&t->other->timer, busy_cb, 0, 0) != 0;
+}
+
+static void busy_init(uvtw_wheel_t *wheel, busy_timer_t *t, busy_timer_t *other) {
+  memset(t, 0, sizeof *t);
+  uvtw_timer_init(wheel, &t->timer);
+  t->timer.data = t;
+  t->other = other;
+}
+
+static void busy_starter_cb(uv_timer_t *handle) {
+  (void)handle;
+  busy.start_errors += uvtw_timer_start(&busy.other.timer, busy_cb, 0, 0) != 0;
+}
+
+static void test_busy_uv_timer_starts(void) {
+  const char *T = "busy_uv_timer_starts";
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  busy_init(f.wheel, &busy.self, NULL);
+  busy_init(f.wheel, &busy.other, NULL);
+  busy.other.runs = BUSY_ITERATIONS - 1; /* runs once, restarts nothing */
+  busy.start_errors = 0;
+  uv_timer_init(&f.loop, &busy.starter);
+  /* Due at the same time: the wheel's uv_timer_t was started first, so its
+   * pass (which restarts `self` with 0) runs before the starter. */
+  busy.start_errors += uvtw_timer_start(&busy.self.timer, busy_cb, 5, 0) != 0;
+  uv_timer_start(&busy.starter, busy_starter_cb, 5, 0);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  EXPECT_U64(busy.self.runs, BUSY_ITERATIONS, "%s: every round of the self-restarting timer ran",
+             T);
+  EXPECT_U64(busy.self.twice, 0,
+             "%s: it never ran twice in one loop iteration, though a uv_timer_t callback "
+             "started another wheel timer after its first pass",
+             T);
+  EXPECT_U64(busy.other.runs, BUSY_ITERATIONS, "%s: the timer the uv_timer_t started ran", T);
+  EXPECT_U64(busy.start_errors, 0, "%s: every start returned 0", T);
+  fx_close_handle(&busy.starter);
+  fx_close(&f);
+}
+
+static void test_busy_two_wheels(void) {
+  const char *T = "busy_two_wheels";
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  uvtw_wheel_t *second = fx_wheel_new(&f, NULL);
+  if (second == NULL) {
+    fx_close(&f);
+    return;
+  }
+  busy_init(f.wheel, &busy.a, &busy.b);
+  busy_init(second, &busy.b, &busy.a);
+  busy.start_errors = 0;
+  busy.start_errors += uvtw_timer_start(&busy.a.timer, busy_cb, 0, 0) != 0;
+  uint64_t iter0 = f.iter;
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  EXPECT_U64(f.watchdog_fired, 0, "%s: uv_run(DEFAULT) returned (no endless timer phase)", T);
+  tap_ok(busy.a.runs >= BUSY_ITERATIONS && busy.b.runs >= BUSY_ITERATIONS,
+         "%s: both timers ran every round", T);
+  EXPECT_U64(busy.a.twice + busy.b.twice, 0, "%s: neither ran twice in one loop iteration", T);
+  if (!tap_ok(f.iter - iter0 >= BUSY_ITERATIONS - 1,
+              "%s: the rounds spread over loop iterations, one each", T))
+    tap_diag("  %d rounds in %" PRIu64 " iterations", busy.a.runs, f.iter - iter0);
+  EXPECT_U64(busy.start_errors, 0, "%s: every start returned 0", T);
+  fx_wheel_close(&f, second);
+  fx_close(&f);
+}
+
+/* ---- again against uv_timer_again ----------------------------------------- */
+
 static const tap_case_t cases[] = {
     TAP_CASE(two_wheels_ping_pong),
     TAP_CASE(self_restart_zero),
@@ -690,6 +802,8 @@ static const tap_case_t cases[] = {
     TAP_CASE(start_from_other_wheel_passed_twin),
     TAP_CASE(start_from_other_wheel_pending_twin),
     TAP_CASE(one_pass_per_iteration),
+    TAP_CASE(busy_uv_timer_starts),
+    TAP_CASE(busy_two_wheels),
 };
 
 FX_MAIN(cases)

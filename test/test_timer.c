@@ -1202,6 +1202,56 @@ static void test_wheels_reused(void) {
   fx_close(&f);
 }
 
+/* ---- Connections freed inside their own timeout callbacks ----------------- */
+
+enum { CONNS = 64 };
+
+/* As real libuv programs use the wheel, against include/uvtw.h and
+ * README.md:
+ *
+ *   freed_in_callback ....... connections freed inside their own timeout
+ *                             callbacks, one-shot and repeating (ASan, Valgrind)
+ */
+
+typedef struct conn_s {
+  uvtw_timer_t timeout;
+  int *freed;
+  char buffer[200]; /* what a connection holds besides its timer */
+} conn_t;
+
+static void conn_timeout_cb(uvtw_timer_t *timer) {
+  conn_t *c = timer->data;
+  if (uvtw_timer_get_repeat(timer) != 0)
+    uvtw_timer_stop(timer); /* a repeating timer is active in its callback */
+  ++*c->freed;
+  free(c);
+}
+
+static void test_freed_in_callback(void) {
+  const char *T = "freed_in_callback";
+  fx_t f;
+  int freed = 0;
+  if (!fx_open(&f, T, NULL))
+    return;
+  for (int i = 0; i < CONNS; i++) {
+    conn_t *c = fx_xcalloc(1, sizeof *c);
+    c->freed = &freed;
+    uvtw_timer_init(f.wheel, &c->timeout);
+    c->timeout.data = c;
+    /* Equal deadlines in groups, so one pass frees several neighbours;
+     * every fourth repeats. */
+    uvtw_timer_start(&c->timeout, conn_timeout_cb, 1 + (uint64_t)(i % 4), i % 4 == 3 ? 2 : 0);
+  }
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  EXPECT_U64(freed, CONNS, "%s: every connection timed out once and freed itself", T);
+  uvtw_stats_t stats = fx_stats(f.wheel);
+  EXPECT_U64(stats.active, 0, "%s: nothing is left in the wheel", T);
+  EXPECT_U64(stats.fired, CONNS, "%s: stats.fired counts each once", T);
+  fx_close(&f);
+}
+
+/* ---- uv_walk shutdowns ---------------------------------------------------- */
+
 static const tap_case_t cases[] = {
     TAP_CASE(basics),
     TAP_CASE(argument_errors),
@@ -1218,6 +1268,7 @@ static const tap_case_t cases[] = {
     TAP_CASE(inactive_timer_memory),
     TAP_CASE(two_wheels_interleaved),
     TAP_CASE(wheels_reused),
+    TAP_CASE(freed_in_callback),
 };
 
 FX_MAIN(cases)

@@ -881,6 +881,8 @@ static void test_update_time_in_phase(void) {
   fx_close(&f);
 }
 
+static void test_again_twin(void);
+
 static const tap_case_t cases[] = {
     TAP_CASE(twin_thousands),
     TAP_CASE(twin_staggered),
@@ -897,6 +899,88 @@ static const tap_case_t cases[] = {
     TAP_CASE(self_restart_from_idle_cb),
     TAP_CASE(self_restart_from_wheel_cb),
     TAP_CASE(update_time_in_phase),
+    TAP_CASE(again_twin),
 };
 
 FX_MAIN(cases)
+
+/* As real libuv programs use the wheel, against include/uvtw.h and
+ * README.md:
+ *
+ *   again_twin .............. uvtw_timer_again against uv_timer_again: repeat 0
+ *                             leaves an active one-shot timer running, repeat
+ *                             > 0 restarts; both fire in the same iteration
+ */
+
+typedef struct again_pair_s {
+  uvtw_timer_t w;
+  uv_timer_t u;
+  int w_fires, u_fires;
+  uint64_t w_iter, u_iter;
+} again_pair_t;
+
+static void again_w_cb(uvtw_timer_t *timer) {
+  again_pair_t *p = timer->data;
+  if (p->w_fires++ == 0)
+    p->w_iter = g_fx->iter;
+  if (uvtw_timer_get_repeat(timer) != 0 && p->w_fires == 2)
+    uvtw_timer_stop(timer);
+}
+
+static void again_u_cb(uv_timer_t *handle) {
+  again_pair_t *p = handle->data;
+  if (p->u_fires++ == 0)
+    p->u_iter = g_fx->iter;
+  if (uv_timer_get_repeat(handle) != 0 && p->u_fires == 2)
+    uv_timer_stop(handle);
+}
+
+static void test_again_twin(void) {
+  const char *T = "again_twin";
+  enum { ONE_SHOT, REPEATING, STOPPED, PAIRS };
+  again_pair_t p[PAIRS];
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(p, 0, sizeof p);
+  for (int i = 0; i < PAIRS; i++) {
+    uvtw_timer_init(f.wheel, &p[i].w);
+    uv_timer_init(&f.loop, &p[i].u);
+    p[i].w.data = p[i].u.data = &p[i];
+  }
+  uvtw_timer_start(&p[ONE_SHOT].w, again_w_cb, 20, 0);
+  uv_timer_start(&p[ONE_SHOT].u, again_u_cb, 20, 0);
+  uvtw_timer_start(&p[REPEATING].w, again_w_cb, 500, 10);
+  uv_timer_start(&p[REPEATING].u, again_u_cb, 500, 10);
+  uvtw_timer_start(&p[STOPPED].w, again_w_cb, 10, 0);
+  uv_timer_start(&p[STOPPED].u, again_u_cb, 10, 0);
+  uvtw_timer_stop(&p[STOPPED].w);
+  uv_timer_stop(&p[STOPPED].u);
+
+  for (int i = 0; i < PAIRS; i++) {
+    int rw = uvtw_timer_again(&p[i].w), ru = uv_timer_again(&p[i].u);
+    EXPECT_I64(rw, ru, "%s: pair %d: again returns what uv_timer_again returns", T, i);
+    EXPECT_U64(!!uvtw_timer_is_active(&p[i].w), !!uv_is_active((uv_handle_t *)&p[i].u),
+               "%s: pair %d: active after again exactly when the uv_timer_t is", T, i);
+    if (uv_is_active((uv_handle_t *)&p[i].u)) /* libuv keeps a stopped timer's due time */
+      EXPECT_U64(uvtw_timer_get_due_in(&p[i].w), uv_timer_get_due_in(&p[i].u),
+                 "%s: pair %d: due in as long as the uv_timer_t", T, i);
+  }
+  EXPECT_U64(!!uvtw_timer_is_active(&p[ONE_SHOT].w), 1,
+             "%s: again with repeat 0 leaves an active one-shot timer active", T);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  for (int i = 0; i < PAIRS; i++) {
+    EXPECT_U64(p[i].w_fires, p[i].u_fires, "%s: pair %d: as many callbacks as the uv_timer_t", T,
+               i);
+    EXPECT_U64(p[i].w_iter, p[i].u_iter,
+               "%s: pair %d: the first callback in the uv_timer_t's loop iteration", T, i);
+  }
+  EXPECT_U64(p[ONE_SHOT].w_fires, 1, "%s: the one-shot timer given again fired once", T);
+  EXPECT_ERR(uvtw_timer_again(&p[ONE_SHOT].w), 0, "%s: again on a one-shot that ran returns 0", T);
+  EXPECT_U64(!!uvtw_timer_is_active(&p[ONE_SHOT].w), 0, "%s: ...and leaves it inactive", T);
+  for (int i = 0; i < PAIRS; i++)
+    fx_close_handle(&p[i].u);
+  fx_close(&f);
+}
+
+/* ---- A loop run on another thread than the one that made it --------------- */

@@ -3,7 +3,7 @@
 // examples/README.md, "Hostile clients" (its test table says what each case
 // checks).
 // usage: node test_http_hostile.js PATH/TO/http_server [CASE...]
-//        cases: smuggling, host, bytes, bench (one server), gone, buffered, fds
+//        cases: smuggling, host, version, expect, bytes, bench (one server), gone, buffered, fds
 // Loopback only; about 10 s.
 const t = require('./http_test_lib');
 
@@ -26,12 +26,43 @@ const smuggled = {
     `Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n${second}`,
 };
 
+// Framing a server in front may read otherwise (RFC 9112 6.1, 6.3): each is
+// followed by a hidden request, which must never be answered.
+const hidden = `GET /SMUGGLED HTTP/1.1\r\n${t.H}\r\n`;
+const post = `POST /upload HTTP/1.1\r\n${t.H}`;
+const faulty = {
+  'an empty Transfer-Encoding with Content-Length': `${post}Transfer-Encoding:\r\nContent-Length: 5\r\n\r\nhello`,
+  'a whitespace Transfer-Encoding with Content-Length': `${post}Transfer-Encoding:  \t \r\nContent-Length: 5\r\n\r\nhello`,
+  'Content-Length, then an empty Transfer-Encoding': `${post}Content-Length: 5\r\nTransfer-Encoding:\r\n\r\nhello`,
+  'Content-Length, then Transfer-Encoding: chunked': `${post}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+  'an empty Transfer-Encoding alone': `${post}Transfer-Encoding:\r\n\r\n`,
+  'HTTP/1.0 keep-alive, an empty Transfer-Encoding': 'POST /upload HTTP/1.0\r\nConnection: keep-alive\r\n' +
+    'Transfer-Encoding:\r\nContent-Length: 5\r\n\r\nhello',
+};
+const unimplemented = {
+  'gzip, chunked': `${post}Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n`,
+  'identity, chunked': `${post}Transfer-Encoding: identity, chunked\r\n\r\n0\r\n\r\n`,
+  'identity and chunked on two lines': `${post}Transfer-Encoding: identity\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+  'chunked twice on two lines': `${post}Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+  'chunked, gzip': `${post}Transfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n`,
+  'gzip': `${post}Transfer-Encoding: gzip\r\n\r\n`,
+};
+
 async function caseSmuggling(server) {
   for (const [what, text] of Object.entries(smuggled)) {
     const a = await answers(server.port, text);
     t.ok(a.statuses.length === 1 && a.statuses[0] === 400 && a.ended === 'end',
       `smuggling: ${what}: one 400 and a close`, `${a.ended}: ${a.statuses.join(' ')}`);
   }
+  for (const [codes, shapes] of [[400, faulty], [501, unimplemented]]) {
+    for (const [what, text] of Object.entries(shapes)) {
+      const a = await answers(server.port, text + hidden);
+      t.ok(a.statuses.join() === String(codes) && a.ended === 'end',
+        `smuggling: ${what}: one ${codes} and a close`, `${a.ended}: ${a.statuses.join(' ')}`);
+    }
+  }
+  const ok = await answers(server.port, `${post}Transfer-Encoding: Chunked \r\nConnection: close\r\n\r\n0\r\n\r\n`);
+  t.eq(ok.statuses.join(), '200', 'smuggling: Transfer-Encoding: Chunked (any case, trailing space) is read');
 }
 
 async function caseHost(server) {
@@ -39,6 +70,14 @@ async function caseHost(server) {
     'no Host': 'GET / HTTP/1.1\r\n\r\n',
     'two Host lines': 'GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n',
     'Host: a, b': 'GET / HTTP/1.1\r\nHost: a, b\r\n\r\n',
+    'Host: a,b': 'GET / HTTP/1.1\r\nHost: a,b\r\n\r\n',
+    'Host: x:80:90': 'GET / HTTP/1.1\r\nHost: x:80:90\r\n\r\n',
+    'Host: [::1': 'GET / HTTP/1.1\r\nHost: [::1\r\n\r\n',
+    'Host: [::1]x': 'GET / HTTP/1.1\r\nHost: [::1]x\r\n\r\n',
+    'Host: x:65536': 'GET / HTTP/1.1\r\nHost: x:65536\r\n\r\n',
+    'Host: x:8a': 'GET / HTTP/1.1\r\nHost: x:8a\r\n\r\n',
+    'Host: a b': 'GET / HTTP/1.1\r\nHost: a b\r\n\r\n',
+    'Host: a/b': 'GET / HTTP/1.1\r\nHost: a/b\r\n\r\n',
   };
   for (const [what, text] of Object.entries(bad)) {
     const a = await answers(server.port, text);
@@ -47,8 +86,26 @@ async function caseHost(server) {
   }
   const old = await answers(server.port, 'GET / HTTP/1.0\r\n\r\n');
   t.eq(old.statuses.join(), '200', 'host: HTTP/1.0 without Host is answered');
-  const port = await answers(server.port, `GET / HTTP/1.1\r\nHost: ${t.HOST}:8080\r\nConnection: close\r\n\r\n`);
-  t.eq(port.statuses.join(), '200', 'host: Host: HOST:PORT is answered');
+  for (const host of [`${t.HOST}:8080`, '[::1]:80', '[::ffff:127.0.0.1]', 'example.com', 'xn--bcher-kva.example:443 ']) {
+    const a = await answers(server.port, `GET / HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+    t.eq(a.statuses.join(), '200', `host: Host: ${host} is answered`);
+  }
+}
+
+async function caseVersion(server) {
+  for (const v of ['2.0', '3.0', '0.9']) {
+    const a = await answers(server.port, `GET / HTTP/${v}\r\n${t.H}\r\n`);
+    t.ok(a.statuses.join() === '505' && a.ended === 'end', `version: HTTP/${v}: 505 and a close`,
+      `${a.ended}: ${a.statuses.join(' ')}`);
+  }
+  const a = await answers(server.port, `GET / HTTP/1.2\r\n${t.H}\r\n${second}`.replace(/\r\n$/, 'Connection: close\r\n\r\n'));
+  t.eq(a.statuses.join(), '200,200', 'version: HTTP/1.2 is HTTP/1.1 (kept alive)');
+}
+
+async function caseExpect(server) {
+  const a = await answers(server.port,
+    `${post}Expect: 100-continue \t\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi`);
+  t.eq(a.statuses.join(), '100,200', 'expect: 100-continue with trailing whitespace is met');
 }
 
 async function caseBytes(server) {
@@ -156,6 +213,8 @@ async function main() {
   const server = await t.startServer(exe, []);
   if (t.want('smuggling')) await caseSmuggling(server);
   if (t.want('host')) await caseHost(server);
+  if (t.want('version')) await caseVersion(server);
+  if (t.want('expect')) await caseExpect(server);
   if (t.want('bytes')) await caseBytes(server);
   if (t.want('bench')) await caseBench(server);
   await t.stop(server);

@@ -3,11 +3,12 @@
  * Every byte a client sends counts against a limit, as it arrives: the
  * head's bytes on the wire (request line, header lines with their spaces,
  * CRLFs, and anything before the request line) against max_header_size,
- * fed to llhttp no further than one byte past it; a body's data against
- * max_body_size; its framing (chunk sizes, extensions, CRLFs, trailers)
- * with the head against max_header_size. One request at a time: the parser
- * pauses at the end of each request, and at the end of a head a body
- * follows, where the head's bytes end.
+ * fed to llhttp no further than one byte past it (431 beyond); a body's
+ * data against max_body_size; its framing (chunk sizes, extensions, CRLFs,
+ * trailers), beyond an allowance per chunk and per byte of data (counted()),
+ * with the head against max_header_size (413 beyond: it is the body's). One request at a time: the
+ * parser pauses at the end of each request, and at the end of a head a body follows, where the
+ * head's bytes end.
  *
  * Framing is strict, so that the server and anything in front of it never
  * disagree where a request ends (request smuggling): llhttp's strict mode
@@ -255,6 +256,11 @@ static int on_body(llhttp_t *p, const char *at, size_t len) {
   return 0;
 }
 
+static int on_chunk_header(llhttp_t *p) {
+  request_of(p)->chunks++;
+  return 0;
+}
+
 static int on_message_complete(llhttp_t *p) {
   http_request_t *r = request_of(p);
   r->keep_alive = (uint8_t)llhttp_should_keep_alive(p);
@@ -277,6 +283,7 @@ static const llhttp_settings_t settings = {
     .on_header_value_complete = on_header_value_complete,
     .on_headers_complete = on_headers_complete,
     .on_body = on_body,
+    .on_chunk_header = on_chunk_header,
     .on_message_complete = on_message_complete,
 };
 
@@ -288,10 +295,14 @@ void http_request_init(http_request_t *r, const http_limits_t *limits) {
   r->limits = limits;
 }
 
-/* The bytes counted against max_header_size: the head's, then with them a
- * body's framing (its bytes on the wire that are not data). */
+/* The bytes counted against max_header_size: the head's, then with them
+ * what a body's framing (chunk sizes, extensions, CRLFs, trailers) takes
+ * beyond 16 bytes a chunk and twice its data, so that a body sent in small
+ * chunks is read while extensions and trailers stay bounded. */
 static uint64_t counted(const http_request_t *r) {
-  return r->head_bytes + (r->head_done ? r->body_wire - r->body_bytes : 0);
+  uint64_t framing = r->head_done ? r->body_wire - r->body_bytes : 0;
+  uint64_t allowed = 16 * (uint64_t)r->chunks + 2 * (uint64_t)r->body_bytes;
+  return r->head_bytes + (framing > allowed ? framing - allowed : 0);
 }
 
 enum http_parse_result http_parse(http_request_t *r, const char *data, size_t len, size_t *used) {
@@ -317,7 +328,7 @@ enum http_parse_result http_parse(http_request_t *r, const char *data, size_t le
       r->head_bytes += taken;
     off += taken;
     if (counted(r) > r->limits->max_header_size) {
-      r->error_status = 431;
+      r->error_status = r->head_done ? 413 : 431; /* a body's framing is the body's */
       return HTTP_PARSE_ERROR;
     }
     if (e == HPE_PAUSED) {

@@ -109,18 +109,26 @@ async function caseExpect(server) {
 }
 
 async function caseBytes(server) {
+  const chunked = `POST /upload HTTP/1.1\r\n${t.H}Transfer-Encoding: chunked\r\n\r\n`;
   const big = {
     'a header value after 1 MiB of spaces':
-      `GET / HTTP/1.1\r\n${t.H}X-Pad: ${' '.repeat(1 << 20)}v\r\n\r\n`,
-    'a 4 MiB chunk extension': `POST /upload HTTP/1.1\r\n${t.H}Transfer-Encoding: chunked\r\n\r\n` +
-      `1;${'e'.repeat(4 << 20)}\r\nx\r\n0\r\n\r\n`,
-    '20 KB of trailers': `POST /upload HTTP/1.1\r\n${t.H}Transfer-Encoding: chunked\r\n\r\n` +
-      `1\r\nx\r\n0\r\nX-Trailer: ${'t'.repeat(20000)}\r\n\r\n`,
+      [`GET / HTTP/1.1\r\n${t.H}X-Pad: ${' '.repeat(1 << 20)}v\r\n\r\n`, 431],
+    'a 4 MiB chunk extension': [`${chunked}1;${'e'.repeat(4 << 20)}\r\nx\r\n0\r\n\r\n`, 413],
+    '20 KB of trailers': [`${chunked}1\r\nx\r\n0\r\nX-Trailer: ${'t'.repeat(20000)}\r\n\r\n`, 413],
+    '2,000 chunks with 40-byte extensions': [`${chunked}${`1;${'e'.repeat(40)}\r\nx\r\n`.repeat(2000)}0\r\n\r\n`, 413],
   };
-  for (const [what, text] of Object.entries(big)) {
+  for (const [what, [text, code]] of Object.entries(big)) {
     const a = await answers(server.port, text);
-    t.ok(a.statuses.length === 1 && a.statuses[0] === 431 && a.ended === 'end',
-      `bytes: ${what}: 431 and a close`, `${a.ended}: ${a.statuses.join(' ')}`);
+    t.ok(a.statuses.length === 1 && a.statuses[0] === code && a.ended === 'end',
+      `bytes: ${what}: ${code} and a close`, `${a.ended}: ${a.statuses.join(' ')}`);
+  }
+  const small = {
+    '3,000 chunks of 100 B': `${'64\r\n'}${'d'.repeat(100)}\r\n`.repeat(3000),
+    '20,000 chunks of 1 B': '1\r\nd\r\n'.repeat(20000),
+  };
+  for (const [what, chunks] of Object.entries(small)) {
+    const a = await answers(server.port, `${chunked.replace('\r\n\r\n', '\r\nConnection: close\r\n\r\n')}${chunks}0\r\n\r\n`);
+    t.eq(a.statuses.join(), '200', `bytes: a body of ${what} is read`);
   }
 }
 

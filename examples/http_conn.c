@@ -8,15 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #define LINGER_MS 2000          /* lingering close: the longest wait for the client's EOF */
-#define PROBE_MS 1000           /* after a 102 probe: long enough for a reset to come back */
 #define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
 
 static void conn_feed(conn_t *c, const char *data, size_t len);
-static void conn_await_answer(conn_t *c);
 static void conn_resume(conn_t *c);
 static int conn_read_start(conn_t *c);
 
@@ -324,7 +321,6 @@ static void conn_resume(conn_t *c) {
     c->pending.off += (uint32_t)used;
     if (r == HTTP_PARSE_DONE && c->state == ST_HANDLING) {
       s->handle_request(c);
-      conn_await_answer(c);
     }
   }
   if (c->state == ST_CLOSING)
@@ -340,49 +336,19 @@ static void conn_resume(conn_t *c) {
     conn_close(c, CLOSE_PEER);
 }
 
-/* The probe's answer: a socket the client closed has been reset by now (its
- * error is set), one it half-closed has not, and then the answer must come
- * within the send timeout. */
-static void on_probe_timeout(http_timer_t *timer) {
-  conn_t *c = timeout_fired(timer);
-  int err = 0;
-  socklen_t len = sizeof err;
-  uv_os_fd_t fd;
-  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
-      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
-    conn_close(c, CLOSE_PEER); /* the client is gone: its work is let go */
-    return;
-  }
-  timeout_start(c, T_IO, on_send_timeout, c->server->config.send_timeout);
-}
-
-/* After the client's EOF, an answer still being prepared (/delay): a client
- * that closed cannot be told from one that half-closed until the server
- * writes. To an HTTP/1.1 client the server writes an interim 102
- * Processing, which a client ignores (RFC 9110, 15.2) and a closed socket
- * answers with a reset, and looks PROBE_MS later. An HTTP/1.0 client may
- * not be sent a 1xx: the send timeout bounds the wait. */
-static void conn_await_answer(conn_t *c) {
-  static const char processing[] = "HTTP/1.1 102 Processing\r\n\r\n";
-  if (!c->peer_ended || c->state != ST_HANDLING)
-    return;
-  if (c->request.parser.http_major == 1 && c->request.parser.http_minor == 0) {
-    timeout_start(c, T_IO, on_send_timeout, c->server->config.send_timeout);
-    return;
-  }
-  send_interim(c, processing, sizeof processing);
-  if (c->state == ST_HANDLING) /* the write may have found the client gone */
-    timeout_start(c, T_IO, on_probe_timeout, PROBE_MS);
-}
-
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
   conn_t *c = handle->data;
   (void)suggested;
   *buf = uv_buf_init(c->server->read_buffer, sizeof c->server->read_buffer);
 }
 
-/* The client shut down its side: answer what it asked for, then close. */
+/* The client shut down its side. By default that ends what it asked for:
+ * an answer being prepared is let go (its work cancelled) and the
+ * connection closed at once; one being written is sent, requests kept
+ * behind it dropped. With allow_half_open the answers come, then the
+ * close. */
 static void conn_on_eof(conn_t *c) {
+  int half_open = c->server->config.allow_half_open;
   c->peer_ended = 1;
   c->reading = 0; /* libuv stopped reading */
   switch (c->state) {
@@ -393,8 +359,13 @@ static void conn_on_eof(conn_t *c) {
   case ST_IDLE:
     conn_close(c, CLOSE_PEER);
     break;
-  default: /* HANDLING, WRITING, DRAINING: the answers come, then the close */
-    conn_await_answer(c);
+  case ST_HANDLING:
+    if (!half_open)
+      conn_close(c, CLOSE_CLIENT_GONE);
+    break;
+  default: /* WRITING, DRAINING: the answer queued is sent, then the close */
+    if (!half_open)
+      c->pending.off = c->pending.len;
     break;
   }
 }

@@ -72,7 +72,7 @@ struct conn_s {
   uint8_t state;
   uint8_t keep_alive; /* the request being answered allows another */
   uint8_t reading;
-  uint8_t peer_ended;      /* EOF from the client: answer what it sent, then close */
+  uint8_t peer_ended;      /* EOF from the client: the answers it may still get, then close */
   uint8_t request_started; /* a byte of the current request has arrived */
   uint8_t shed;            /* its first byte came while the server was shedding */
   uint8_t close_reason;

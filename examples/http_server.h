@@ -32,6 +32,12 @@ typedef struct http_server_config_s {
   uint64_t max_body_size;     /* bytes, at most UINT32_MAX; 413 beyond */
   uint64_t max_conn_buffered; /* bytes of answers a client leaves unread; cut beyond */
   uint64_t max_buffered; /* bytes the server holds for all; beyond, a client not reading is cut */
+  /* 0 (the default): a client's EOF while its request is pending ends it,
+   * as in nginx and Node: the work is cancelled, the connection closed
+   * without a byte more (closed_client_gone); answers already queued are
+   * still sent. 1: a client that half-closes gets every answer it asked
+   * for, bounded only by the timeouts. */
+  int allow_half_open;
   /* Tests and benchmarks only: GET /spin?ms=N (blocks the loop) and GET
    * /bytes?n=N (large answers) are answered, and fail_accept_allocs holds. */
   int bench_routes;
@@ -74,6 +80,7 @@ enum http_close_reason {
   CLOSE_SHED,          /* a 503 while the loop lags (max_loop_delay) */
   CLOSE_UNAVAILABLE,   /* another 503: /delay could not be scheduled */
   CLOSE_SLOW_READER,   /* answers queued beyond max_conn_buffered or max_buffered */
+  CLOSE_CLIENT_GONE,   /* EOF while a request was pending (not allow_half_open) */
   CLOSE_REASONS
 };
 

@@ -40,6 +40,11 @@ static const char *const usage_text[] = {
     "                              it is cut (closed_slow_reader)\n"
     "  --max-buffered BYTES        bytes the server holds for all clients (default 67108864);\n"
     "                              beyond, a client that leaves an answer unread is cut\n"
+    "  --allow-half-open           a client that half-closes (EOF) still gets every answer it\n"
+    "                              asked for, bounded by the timeouts above; without it (as\n"
+    "                              nginx and Node), its EOF ends a pending request: its work is\n"
+    "                              cancelled and the connection closed, no byte written\n"
+    "                              (closed_client_gone); an answer already queued is sent\n"
     "  --shutdown-grace MS         after SIGTERM/SIGINT, time left to in-flight requests\n"
     "                              (default 10000)\n"
     "  --max-loop-delay MS         shed load when the loop lags (default 0: off): once a second\n"
@@ -68,8 +73,7 @@ static const char *const usage_text[] = {
     "when all are done or the grace period is over, printing what it dropped; a second one\n"
     "exits at once (128+signal).\n"
     "Differences from Node's http.Server: a CONNECT gets 405 and a clean close (Node\n"
-    "destroys the socket without a reply); a client that half-closes still gets\n"
-    "every response it asked for (Node drops them); a client that does not read its responses\n"
+    "destroys the socket without a reply); a client that does not read its responses\n"
     "is closed after --send-timeout (Node keeps it forever); more than maxHeadersCount headers\n"
     "get 431 (Node drops the extra headers); a body above --max-body-size gets 413 (Node has\n"
     "no limit); the shutdown grace period (Node's server.close() waits without limit).\n"};
@@ -132,6 +136,9 @@ static void parse_args(int argc, char **argv, http_server_config_t *config,
       config->retry_after = parse_number(v);
       if (config->retry_after > UINT32_MAX)
         usage(2);
+    } else if (strcmp(a, "--allow-half-open") == 0) {
+      config->allow_half_open = 1;
+      i--; /* takes no value */
     } else if (strcmp(a, "--bench-routes") == 0) {
       config->bench_routes = 1;
       i--; /* takes no value */

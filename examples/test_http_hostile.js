@@ -132,19 +132,36 @@ async function caseBytes(server) {
   }
 }
 
+// A client's EOF during /delay ends its request (the default, as nginx and
+// Node): closed at once, its task cancelled, not a byte written (no probe),
+// whether it closed or only half-closed. With --allow-half-open the answer
+// comes when due, past --send-timeout (which bounds only a queued answer).
 async function caseGone() {
   const server = await t.startServer(exe, []); // the default timeouts: 30 s to send
-  const c = await t.connect(server.port);
-  c.sock.write(`GET /delay?ms=3600000 HTTP/1.1\r\n${t.H}\r\n`);
-  await t.waitStats(server, (st) => st.delay_scheduled === 1, 2000);
-  const left = performance.now();
-  c.sock.destroy(); // the client leaves
-  const st = await t.waitStats(server, (x) => x.delay_cancelled === 1 && x.open === 1, 5000);
-  const ms = performance.now() - left;
-  t.ok(st.delay_cancelled === 1 && st.open === 1 && ms < 5000,
-    `gone: a client that left during /delay?ms=3600000 is let go in ${ms.toFixed(0)} ms (a 102 probe), its task cancelled`,
-    `delay_cancelled=${st.delay_cancelled} open=${st.open}`);
+  for (const [n, how] of [[1, 'closed'], [2, 'half-closed']]) {
+    const c = await t.connect(server.port);
+    c.sock.write(`GET /delay?ms=3600000 HTTP/1.1\r\n${t.H}\r\n`);
+    await t.waitStats(server, (st) => st.delay_scheduled === n, 2000);
+    const left = performance.now();
+    if (how === 'closed') c.sock.destroy(); else c.sock.end();
+    const st = await t.waitStats(server, (x) => x.delay_cancelled === n && x.open === 1, 5000);
+    const ms = performance.now() - left;
+    if (how !== 'closed') await c.done;
+    t.ok(st.delay_cancelled === n && st.closed_client_gone === n && st.open === 1 && ms < 500,
+      `gone: a client that ${how} during /delay?ms=3600000 is let go in ${ms.toFixed(0)} ms, its task cancelled (closed_client_gone)`,
+      `delay_cancelled=${st.delay_cancelled} closed_client_gone=${st.closed_client_gone} open=${st.open}`);
+    if (how !== 'closed') t.ok(c.data.length === 0 && c.ended === 'end', 'gone: ... and not a byte written to it',
+      `${c.ended}: ${c.data.toString('latin1')}`);
+  }
   await t.stopOk(server, 'gone'); // nothing left in flight
+
+  const half = await t.startServer(exe, ['--allow-half-open', '--send-timeout', '300']);
+  const r = await t.exchange(half.port, `GET /delay?ms=1000 HTTP/1.1\r\n${t.H}\r\n`, { halfClose: true });
+  const got = t.parseResponses(r.data).responses;
+  t.ok(got.length === 1 && got[0].status === 200 && r.ended === 'end' && r.ms >= 999,
+    `gone: --allow-half-open: a half-closed client gets its answer when due (${r.ms.toFixed(0)} ms), past --send-timeout 300, nothing else`,
+    `${r.ended}: ${r.data.toString('latin1')}`);
+  await t.stopOk(half, 'gone: --allow-half-open');
 }
 
 async function caseBuffered() {

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #define LINGER_MS 2000          /* lingering close: the longest wait for the client's EOF */
-#define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
+#define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered, each connection */
 
 static void conn_feed(conn_t *c, const char *data, size_t len);
 static void conn_resume(conn_t *c);
@@ -63,6 +63,32 @@ static void buffered_add(http_server_t *s, size_t n) {
     s->counters.buffered_peak = s->counters.buffered;
 }
 
+/* The bytes the server holds for a connection: what it pipelined, and its
+ * answers not yet written. The server's total is counters.buffered. */
+static uint64_t held(const conn_t *c) {
+  return c->pending.cap + c->writing;
+}
+
+/* Cuts the connections that hold the most until the server is within its
+ * caps: bytes pipelined (read ahead) by all within a quarter of
+ * max_buffered, so that answers always have the rest (closed_read_ahead);
+ * everything within max_buffered (closed_slow_reader). A client that reads
+ * its answers as they come holds little and is not the one cut. */
+static void caps_enforce(http_server_t *s) {
+  for (;;) {
+    int ahead = s->read_ahead > s->config.max_buffered / 4;
+    conn_t *most = NULL;
+    if (!ahead && s->counters.buffered <= s->config.max_buffered)
+      return;
+    for (conn_t *x = s->connections; x != NULL; x = x->next)
+      if (most == NULL || (ahead ? x->pending.cap > most->pending.cap : held(x) > held(most)))
+        most = x;
+    if (most == NULL)
+      return;
+    conn_close(most, ahead ? CLOSE_READ_AHEAD : CLOSE_SLOW_READER);
+  }
+}
+
 static void on_shutdown(uv_shutdown_t *req, int status) {
   (void)status;
   free(req); /* the linger timer or the client's EOF ends the connection */
@@ -94,10 +120,12 @@ static void on_write(uv_write_t *req, int status) {
   conn_t *c = w->conn;
   http_server_t *s = c->server;
   int interim = w->interim;
-  s->counters.buffered -= w->len;
+  size_t len = w->len;
   free(w);
   if (c->state == ST_CLOSING)
-    return; /* cancelled by uv_close */
+    return; /* cancelled by uv_close; conn_close gave its bytes back */
+  s->counters.buffered -= len;
+  c->writing -= len;
   if (status < 0) {
     conn_close(c, CLOSE_PEER);
     return;
@@ -118,8 +146,9 @@ static void on_write(uv_write_t *req, int status) {
 
 /* Queues bytes on the connection; a response that the kernel did not take at
  * once is under the send timeout. A client that leaves more queued than
- * max_conn_buffered, or any queued while the server holds more than
- * max_buffered, is cut. Returns 0 or closes the connection. */
+ * max_conn_buffered is cut, and so is the one holding the most while the
+ * server holds more than its caps. Returns 0, or an error if it closed the
+ * connection. */
 static int conn_write(conn_t *c, write_req_t *w, size_t len) {
   http_server_t *s = c->server;
   uv_buf_t buf = uv_buf_init(w->data, (unsigned)len);
@@ -133,13 +162,15 @@ static int conn_write(conn_t *c, write_req_t *w, size_t len) {
     return r;
   }
   w->len = len;
+  c->writing += len;
   buffered_add(s, len);
   queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
-  if (queued > s->config.max_conn_buffered ||
-      (queued > 0 && s->counters.buffered > s->config.max_buffered)) {
+  if (queued > s->config.max_conn_buffered)
     conn_close(c, CLOSE_SLOW_READER); /* uv_close gives the queued writes back */
+  else
+    caps_enforce(s);
+  if (c->state == ST_CLOSING)
     return UV_ENOBUFS;
-  }
   if (!w->interim && queued > 0)
     timeout_start(c, T_IO, on_send_timeout, s->config.send_timeout);
   return 0;
@@ -256,6 +287,7 @@ static enum http_parse_result conn_parse(conn_t *c, const char *data, size_t len
 
 static void pending_free(conn_t *c) {
   c->server->counters.buffered -= c->pending.cap;
+  c->server->read_ahead -= c->pending.cap;
   http_pipeline_free(&c->pending);
 }
 
@@ -269,10 +301,12 @@ static void conn_keep_pending(conn_t *c, const char *data, size_t len) {
     return;
   }
   buffered_add(c->server, grown);
-  if (c->pending.len > PENDING_MAX && c->reading) {
+  c->server->read_ahead += grown;
+  if (c->pending.len - c->pending.off >= PENDING_MAX && c->reading) {
     uv_read_stop((uv_stream_t *)&c->tcp); /* back-pressure until it is parsed */
     c->reading = 0;
   }
+  caps_enforce(c->server);
 }
 
 static void conn_feed(conn_t *c, const char *data, size_t len) {
@@ -332,14 +366,17 @@ static void conn_resume(conn_t *c) {
       conn_close(c, s->shutting_down ? CLOSE_SHUTDOWN : CLOSE_PEER);
     return;
   }
-  if (!c->reading && c->pending.len - c->pending.off <= PENDING_MAX && conn_read_start(c) != 0)
+  if (!c->reading && c->pending.len - c->pending.off < PENDING_MAX && conn_read_start(c) != 0)
     conn_close(c, CLOSE_PEER);
 }
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
   conn_t *c = handle->data;
+  size_t room = sizeof c->server->read_buffer;
   (void)suggested;
-  *buf = uv_buf_init(c->server->read_buffer, sizeof c->server->read_buffer);
+  if (c->state == ST_HANDLING || c->state == ST_WRITING) /* read ahead: up to PENDING_MAX kept */
+    room = PENDING_MAX - (c->pending.len - c->pending.off);
+  *buf = uv_buf_init(c->server->read_buffer, (unsigned)room);
 }
 
 /* The client shut down its side. By default that ends what it asked for:
@@ -374,6 +411,11 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   conn_t *c = stream->data;
   if (nread == UV_EOF) {
     conn_on_eof(c);
+    return;
+  }
+  if (nread == UV_ENOBUFS) { /* PENDING_MAX kept: read again once it is parsed */
+    uv_read_stop(stream);
+    c->reading = 0;
     return;
   }
   if (nread < 0) {
@@ -417,6 +459,8 @@ void conn_close(conn_t *c, enum http_close_reason reason) {
     c->job = NULL;
   }
   pending_free(c);
+  s->counters.buffered -= c->writing; /* uv_close cancels the writes */
+  c->writing = 0;
   if (c->prev != NULL)
     c->prev->next = c->next;
   else

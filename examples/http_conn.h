@@ -6,8 +6,8 @@
  *   IDLE       between requests: keepAliveTimeout + keepAliveTimeoutBuffer
  *   HANDLING   the answer is being prepared (/delay): the answer's own task
  *   WRITING    the answer is queued because the client does not read: the
- *              send timeout; bytes the client pipelines meanwhile are kept up
- *              to PENDING_MAX, then reading pauses
+ *              send timeout; bytes the client pipelines meanwhile (and while
+ *              HANDLING) are kept up to PENDING_MAX, then reading pauses
  *   DRAINING   the last answer is queued: the send timeout
  *   LINGERING  the write side is shut down; what the client still sends is
  *              read and discarded until its EOF or LINGER_MS, so that closing
@@ -44,6 +44,7 @@ struct http_server_s {
   /* http_server.c's own: */
   uv_tcp_t listener;
   uvtw_timer_t accept_retry_timer, grace_timer;
+  uint64_t read_ahead;   /* bytes the connections keep in `pending` */
   int accept_waiting;    /* a connection waits in the listener for memory or a descriptor */
   uint64_t fd_burst_end; /* wheel time: out of descriptors after it is a new burst */
   int wheel_closing;
@@ -69,6 +70,7 @@ struct conn_s {
   void *job;                  /* work preparing the answer (/delay), if any */
   void (*abandon)(void *job); /* lets the job go when the connection closes first */
   http_pipeline_t pending;    /* bytes received while answering */
+  uint64_t writing;           /* bytes of its answers queued, not yet written */
   uint8_t state;
   uint8_t keep_alive; /* the request being answered allows another */
   uint8_t reading;

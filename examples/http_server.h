@@ -31,7 +31,8 @@ typedef struct http_server_config_s {
   uint64_t max_headers_count; /* 431 beyond */
   uint64_t max_body_size;     /* bytes, at most UINT32_MAX; 413 beyond */
   uint64_t max_conn_buffered; /* bytes of answers a client leaves unread; cut beyond */
-  uint64_t max_buffered; /* bytes the server holds for all; beyond, a client not reading is cut */
+  uint64_t max_buffered;      /* bytes the server holds for all (a quarter at most for pipelined
+                                 requests); beyond, the client holding the most is cut */
   /* 0 (the default): a client's EOF while its request is pending ends it,
    * as in nginx and Node: the work is cancelled, the connection closed
    * without a byte more (closed_client_gone); answers already queued are
@@ -79,7 +80,9 @@ enum http_close_reason {
   CLOSE_SHUTDOWN,      /* SIGINT/SIGTERM, http_server_shutdown */
   CLOSE_SHED,          /* a 503 while the loop lags (max_loop_delay) */
   CLOSE_UNAVAILABLE,   /* another 503: /delay could not be scheduled */
-  CLOSE_SLOW_READER,   /* answers queued beyond max_conn_buffered or max_buffered */
+  CLOSE_SLOW_READER,   /* answers queued beyond max_conn_buffered, or held the most beyond
+                          max_buffered */
+  CLOSE_READ_AHEAD,    /* held the most pipelined bytes beyond a quarter of max_buffered */
   CLOSE_CLIENT_GONE,   /* EOF while a request was pending (not allow_half_open) */
   CLOSE_REASONS
 };

@@ -81,6 +81,7 @@ static const field_t counter_fields[] = {
     C_AS("closed_shed", closed[CLOSE_SHED]),
     C_AS("closed_unavailable", closed[CLOSE_UNAVAILABLE]),
     C_AS("closed_slow_reader", closed[CLOSE_SLOW_READER]),
+    C_AS("closed_read_ahead", closed[CLOSE_READ_AHEAD]),
     C_AS("closed_client_gone", closed[CLOSE_CLIENT_GONE]),
     C_AS("received_bytes", received),
     C(headers_timeouts),

@@ -3,7 +3,7 @@
 // examples/README.md, "Hostile clients" (its test table says what each case
 // checks).
 // usage: node test_http_hostile.js PATH/TO/http_server [CASE...]
-//        cases: smuggling, host, version, expect, bytes, bench (one server), gone, buffered, fds
+//        cases: smuggling, host, version, expect, bytes, bench (one server), gone, buffered, ahead, fds
 // Loopback only; about 10 s.
 const t = require('./http_test_lib');
 
@@ -189,6 +189,43 @@ async function caseBuffered() {
   await t.stop(server);
 }
 
+// Every byte a client makes the server hold counts against the caps:
+// clients that pipeline 130 KiB behind an hour-long /delay keep 64 KiB
+// each, a quarter of --max-buffered in all, those holding the most cut;
+// a client reading 3 MiB of answers as they come is never the one cut.
+async function caseAhead() {
+  const CAP = 2 << 20;
+  const server = await t.startServer(exe, ['--bench-routes', '--max-buffered', String(CAP), '--shutdown-grace', '100']);
+  const pad = `GET / HTTP/1.1\r\n${t.H}X-Pad: ${'p'.repeat(1000)}\r\n\r\n`.repeat(133);
+  const attackers = [];
+  for (let i = 0; i < 30; i++) {
+    const c = await t.connect(server.port, { timeoutMs: 15000 });
+    c.sock.write(`GET /delay?ms=3600000 HTTP/1.1\r\n${t.H}\r\n${pad}`);
+    attackers.push(c);
+  }
+  await t.sleep(300);
+  const mid = await t.stats(server);
+  t.ok(mid.buffered_bytes <= CAP / 4 + 65536 && mid.closed_read_ahead > 0,
+    `ahead: 30 clients pipelining 130 KiB hold ${mid.buffered_bytes} bytes (<= a quarter of ${CAP} + 64 KiB), ` +
+    `those holding the most cut (closed_read_ahead=${mid.closed_read_ahead})`);
+  const reader = await t.connect(server.port, { timeoutMs: 15000 });
+  reader.sock.write(`GET /bytes?n=1048576 HTTP/1.1\r\n${t.H}\r\n`.repeat(2) +
+    `GET /bytes?n=1048576 HTTP/1.1\r\n${t.H}Connection: close\r\n\r\n`);
+  await reader.done;
+  const got = t.parseResponses(reader.data).responses;
+  const st = await t.stats(server);
+  t.ok(got.length === 3 && got.every((x) => x.status === 200 && x.body.length === 1048576),
+    `ahead: a client reading 3 MiB of answers gets them all (${got.length})`, reader.ended);
+  t.eq(st.closed_slow_reader, 0, 'ahead: and is not cut (closed_slow_reader=0)');
+  // Those not cut are not read until their answer is written (back-pressure),
+  // so their leaving is seen at the shutdown.
+  const left = attackers.filter((c) => c.ended === null).length;
+  t.ok(st.open === left + 1 && st.buffered_bytes <= left * 65536,
+    `ahead: those cut gave their memory back (${st.buffered_bytes} bytes for ${left} left)`);
+  for (const c of attackers) c.sock.destroy();
+  await t.stopOk(server, 'ahead');
+}
+
 async function caseBench(server) {
   for (const route of ['/spin?ms=10', '/bytes?n=10']) {
     const r = await t.get(server.port, route);
@@ -245,6 +282,7 @@ async function main() {
   await t.stop(server);
   if (t.want('gone')) await caseGone();
   if (t.want('buffered')) await caseBuffered();
+  if (t.want('ahead')) await caseAhead();
   if (t.want('fds')) await caseDescriptors();
 }
 

@@ -487,10 +487,9 @@ void conn_open(http_server_t *s, conn_t *c, int fd) {
   s->connections = c;
   c->state = ST_READING;
   c->close_reason = CLOSE_PEER;
-  r = fd < 0 ? uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp)
-             : uv_tcp_open(&c->tcp, fd);
-  if (r != 0 && fd >= 0)
-    close(fd); /* uv_tcp_open failed: the handle does not own it */
+  r = uv_tcp_open(&c->tcp, fd);
+  if (r != 0)
+    close(fd); /* the handle does not own it */
   if (r != 0 || conn_read_start(c) != 0) {
     conn_close(c, CLOSE_PEER);
     return;

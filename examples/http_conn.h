@@ -38,15 +38,16 @@ struct http_server_s {
   http_limits_t limits;     /* the config's, for the parser */
   loop_watch_t watch;       /* the lag: the last completed second, shedding */
   conn_t *connections;      /* every open connection, for the shutdown */
+  uint64_t read_ahead;      /* bytes the connections keep in `pending` */
   int shutting_down;
   void (*handle_request)(conn_t *c);  /* a request is complete: answer it (the routes) */
   void (*released)(http_server_t *s); /* a connection or a job is gone: the shutdown may end */
   /* http_server.c's own: */
-  uv_tcp_t listener;
+  uv_poll_t listener; /* of listen_fd, while accepting */
+  int listen_fd;      /* -1: none */
+  int waiting_fd;     /* accepted, waiting for memory for its connection; -1: none */
   uvtw_timer_t accept_retry_timer, grace_timer;
-  uint64_t read_ahead;   /* bytes the connections keep in `pending` */
-  int accept_waiting;    /* a connection waits in the listener for memory or a descriptor */
-  uint64_t fd_burst_end; /* wheel time: out of descriptors after it is a new burst */
+  _Atomic uint64_t fd_burst_end; /* config.fd_burst_end's, when that is NULL */
   int wheel_closing;
   int listening_port;
   char read_buffer[64 * 1024]; /* one loop thread: reads are parsed at once */
@@ -98,9 +99,9 @@ void timeouts_stop(conn_t *c);
  * inactive): its bookkeeping. Returns the timer's connection. */
 conn_t *timeout_fired(http_timer_t *timer);
 
-/* Opens `c` on `s`: taken from the listener (fd < 0) or `fd`, taken from its
- * backlog. It reads, under the headers and request timeouts; a complete
- * request goes to s->handle_request, which answers it with conn_respond. */
+/* Opens `c` on `s` for `fd`, taken from the listener's backlog. It reads, under the headers and
+ * request timeouts; a complete request goes to s->handle_request, which answers it with
+ * conn_respond. */
 void conn_open(http_server_t *s, conn_t *c, int fd);
 
 /* One response, with the header lines `extra` ("" for none, each ending in

@@ -14,6 +14,7 @@
 
 #include "uvtw.h" /* first: under -std=c11 it asks for the POSIX that uv.h needs */
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,6 +67,11 @@ typedef struct http_server_config_s {
    * program running several servers answers for all of them. */
   http_server_stats_t *(*gather)(http_server_t *server, void *arg, unsigned *count);
   void *stats_arg;
+  /* NULL: the server keeps its own. Else shared by the servers of one
+   * process, whose descriptors they share: when a burst of running out of
+   * them ends (uv_hrtime in ms), so that a burst is counted and logged once,
+   * by the server that saw it begin. */
+  _Atomic uint64_t *fd_burst_end;
 } http_server_config_t;
 
 enum http_close_reason {

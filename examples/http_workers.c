@@ -58,6 +58,7 @@ struct workers_s {
   int signals; /* received so far */
   int exit_status;
   uint64_t drain_started_ns, drain_ended_ns;
+  _Atomic uint64_t fd_burst_end; /* the workers' descriptors are the process's */
 };
 
 /* ---- Listening sockets ------------------------------------------------------- */
@@ -197,6 +198,7 @@ static int worker_init(workers_t *all, worker_t *w, const http_server_config_t *
   w->config.listen_fd = fd;
   w->config.gather = gather;
   w->config.stats_arg = w;
+  w->config.fd_burst_end = &all->fd_burst_end;
   r = uv_loop_init(&w->loop);
   if (r != 0)
     return r;

@@ -2,12 +2,13 @@
  * Requests on one connection are answered one at a time, in order: the
  * parser (http1.c) stops after each, and what the client pipelined waits
  * in `pending` until the answer is written. */
-#include "http_conn.h" /* first: uvtw.h asks for the POSIX uv.h needs */
+#include "http_server_impl.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #define LINGER_MS 2000          /* lingering close: the longest wait for the client's EOF */
@@ -433,6 +434,23 @@ static int conn_read_start(conn_t *c) {
   r = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
   c->reading = r == 0;
   return r;
+}
+
+/* ---- State ----------------------------------------------------------------- */
+
+int conn_in_flight(const conn_t *c) {
+  return c->state == ST_HANDLING || c->state == ST_WRITING || c->state == ST_DRAINING ||
+         (c->state == ST_READING && c->request_started);
+}
+
+int conn_idle(const conn_t *c) {
+  return c->state == ST_IDLE || (c->state == ST_READING && !c->request_started);
+}
+
+int conn_bytes_waiting(const conn_t *c) {
+  uv_os_fd_t fd;
+  int n = 0;
+  return uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0 && ioctl(fd, FIONREAD, &n) == 0 && n > 0;
 }
 
 /* ---- Opening and closing ---------------------------------------------------- */

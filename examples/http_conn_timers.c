@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "http_conn.h"
+#include "http_server_impl.h"
 
 /* sizeof(conn_t), rounded up to where its timers can start. */
 #define CONN_SIZE                                                                                  \

@@ -8,8 +8,8 @@
  * memory; the backlog taken in at shutdown), and the shutdown. The connection is
  * http_conn.c, the parsing http1.c, what it answers http_routes.c;
  * examples/README.md ("The server's files") draws how they call each other. */
-#include "http_conn.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 #include "http_routes.h"
+#include "http_server_impl.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 #include "http_timer.h"
 
 #include <assert.h>
@@ -25,26 +25,10 @@
 #define ACCEPT_RETRY_MS 50 /* after a failed allocation at accept, or no descriptor */
 #define FD_BURST_MS 1000   /* running out of descriptors again within this is the same burst */
 
-/* A request has arrived (in part or in full) and has no answer written yet. */
-static int conn_in_flight(const conn_t *c) {
-  return c->state == ST_HANDLING || c->state == ST_WRITING || c->state == ST_DRAINING ||
-         (c->state == ST_READING && c->request_started);
-}
-
-/* Between requests, none begun: a shutdown closes it at once. */
-static int conn_idle(const conn_t *c) {
-  return c->state == ST_IDLE || (c->state == ST_READING && !c->request_started);
-}
-
 /* Bytes from the client wait in the socket, unread. */
 static int fd_bytes_waiting(uv_os_fd_t fd) {
   int n = 0;
   return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
-}
-
-static int conn_bytes_waiting(const conn_t *c) {
-  uv_os_fd_t fd;
-  return uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0 && fd_bytes_waiting(fd);
 }
 
 /* ---- Accepting ---------------------------------------------------------------- */

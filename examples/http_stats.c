@@ -19,7 +19,7 @@
  * counters, the server's requests by status class, open connections,
  * timeouts by kind and shed requests, and the process's memory and
  * descriptors under the names Prometheus's own client libraries use. */
-#include "http_conn.h" /* first: uvtw.h asks for the POSIX uv.h needs */
+#include "http_server_impl.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 
 #include <dirent.h>
 #include <inttypes.h>

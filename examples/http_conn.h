@@ -34,6 +34,8 @@ enum conn_state {
   ST_CLOSING
 };
 
+enum { T_HEADERS, T_REQUEST, T_IO, CONN_TIMERS }; /* a connection's timers */
+
 struct conn_s {
   http_server_t *server;
   uv_tcp_t tcp;
@@ -51,16 +53,12 @@ struct conn_s {
   uint8_t shed;            /* its first byte came while the server was shedding */
   uint8_t close_reason;
   uint8_t handles_open; /* close callbacks still to come; freed at 0 */
-  /* Then its timers, http_timer_size bytes each (http_conn.c). */
+  /* Its timers (http_conn_timers.c), by T_*: headersTimeout, requestTimeout,
+   * and the one of its state: keep-alive (IDLE), send (WRITING, DRAINING)
+   * or linger. */
+  http_timer_t timers[CONN_TIMERS];
 };
 
-/* A zeroed connection with room for its timers, or NULL; conn_bytes() in all. */
-conn_t *conn_alloc(void);
-size_t conn_bytes(void);
-
-/* Its timers (http_conn_timers.c): headersTimeout, requestTimeout, and the
- * one of its state: keep-alive (IDLE), send (WRITING, DRAINING) or linger. */
-enum { T_HEADERS, T_REQUEST, T_IO, CONN_TIMERS };
 void timers_init(conn_t *c);
 int timers_close(conn_t *c, uv_close_cb cb); /* returns the close callbacks to come */
 void timeout_start(conn_t *c, int which, http_timer_cb cb, uint64_t ms); /* ms 0: disabled */

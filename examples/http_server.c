@@ -66,7 +66,7 @@ static conn_t *accept_alloc(http_server_t *s) {
     s->config.fail_accept_allocs--; /* fault injection, for the tests */
     return NULL;
   }
-  return conn_alloc();
+  return calloc(1, sizeof(conn_t));
 }
 
 /* Accepts what waits in the backlog. A connection accepted without memory

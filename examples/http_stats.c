@@ -224,7 +224,7 @@ size_t http_server_format_stats(const http_server_t *s, const http_server_stats_
       config->keep_alive_timeout_buffer, config->send_timeout, config->max_loop_delay,
       config->retry_after);
   put_fields(&l, counter_fields, LENGTH(counter_fields), &sum.counters);
-  put(&l, " conn_bytes=%zu timer_bytes=%zu rss_kib=%lld", conn_bytes(), http_timer_size,
+  put(&l, " conn_bytes=%zu timer_bytes=%zu rss_kib=%lld", sizeof(conn_t), sizeof(http_timer_t),
       rss_bytes() < 0 ? -1 : rss_bytes() / 1024);
   put_fields(&l, wheel_fields, LENGTH(wheel_fields), ws);
   put(&l,

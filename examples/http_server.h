@@ -170,11 +170,13 @@ void http_server_stats(const http_server_t *server, http_server_stats_t *stats);
  * second for the last-second window). */
 void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *more);
 
-/* The /stats line (no newline), with the server's configuration: of its
- * own stats (each NULL), or of the sum of `count` servers' stats followed by
- * workers=N and worker_accepted=A,B,... Returns its length, less than size. */
+/* The /stats key=value pairs (no final newline), with the server's
+ * configuration: of its own stats (each NULL), or of the sum of `count`
+ * servers' stats followed by workers=N and worker_accepted=A,B,... On one
+ * line, or with `lines` one a line under "# " headings (GET /stats).
+ * Returns its length, less than size. */
 size_t http_server_format_stats(const http_server_t *server, const http_server_stats_t *each,
-                                unsigned count, char *out, size_t size);
+                                unsigned count, int lines, char *out, size_t size);
 
 /* GET /metrics (http_stats.c): the Prometheus text exposition format,
  * version 0.0.4, of `count` servers' stats, each series labelled

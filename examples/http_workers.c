@@ -278,7 +278,7 @@ static void print_final(workers_t *all) {
          " connections with a request in flight, after %" PRIu64 " ms\n",
          sum.counters.drain_answered, sum.counters.drain_dropped,
          (all->drain_ended_ns - all->drain_started_ns) / 1000000);
-  http_server_format_stats(all->worker[0].server, each, count, line, sizeof line);
+  http_server_format_stats(all->worker[0].server, each, count, 0, line, sizeof line);
   free(each);
   printf("stats %s\n", line);
   fflush(stdout);

@@ -190,7 +190,7 @@ static int on_header_value_complete(llhttp_t *p) {
   if (field == FIELD_OTHER)
     return 0;
   if (n > HTTP_VALUE_MAX) {
-    v = "\t"; /* too long: as no value the server accepts */
+    v = "?"; /* too long: a value no check accepts (a Host, a coding, an expectation) */
     n = 1;
   }
   for (; n > 0 && (v[0] == ' ' || v[0] == '\t'); v++, n--)

@@ -46,6 +46,7 @@ const unimplemented = {
   'chunked twice on two lines': `${post}Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
   'chunked, gzip': `${post}Transfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n`,
   'gzip': `${post}Transfer-Encoding: gzip\r\n\r\n`,
+  'a 300-byte coding list': `${post}Transfer-Encoding: ${'gzip, '.repeat(50)}chunked\r\n\r\n0\r\n\r\n`,
 };
 
 async function caseSmuggling(server) {
@@ -78,6 +79,7 @@ async function caseHost(server) {
     'Host: x:8a': 'GET / HTTP/1.1\r\nHost: x:8a\r\n\r\n',
     'Host: a b': 'GET / HTTP/1.1\r\nHost: a b\r\n\r\n',
     'Host: a/b': 'GET / HTTP/1.1\r\nHost: a/b\r\n\r\n',
+    'a 300-byte Host': `GET / HTTP/1.1\r\nHost: ${'h'.repeat(300)}\r\n\r\n`,
   };
   for (const [what, text] of Object.entries(bad)) {
     const a = await answers(server.port, text);

@@ -4,9 +4,10 @@
  * head's bytes on the wire (request line, header lines with their spaces,
  * CRLFs, and anything before the request line) against max_header_size,
  * fed to llhttp no further than one byte past it (431 beyond); a body's
- * data against max_body_size; its framing (chunk sizes, extensions, CRLFs,
- * trailers), beyond an allowance per chunk and per byte of data (counted()),
- * with the head against max_header_size (413 beyond: it is the body's). One request at a time: the
+ * data against max_body_size; its chunk extensions and trailers, as llhttp
+ * reports them, with the head against max_header_size (413 beyond: they
+ * are the body's), as Node limits them. Chunk sizes and CRLFs are not
+ * counted: a body of small chunks is read whatever their number. One request at a time: the
  * parser pauses at the end of each request, and at the end of a head a body follows, where the
  * head's bytes end.
  *
@@ -38,6 +39,12 @@ static int fail(http_request_t *r, uint16_t status) {
   return HPE_USER;
 }
 
+/* A chunk extension's or a trailer's bytes: counted with the head. */
+static int framing(http_request_t *r, size_t len) {
+  r->framing += len;
+  return r->head_bytes + r->framing > r->limits->max_header_size ? fail(r, 413) : 0;
+}
+
 static int on_message_begin(llhttp_t *p) {
   http_request_t *r = request_of(p);
   r->url_len = 0;
@@ -48,7 +55,6 @@ static int on_message_begin(llhttp_t *p) {
   r->field = FIELD_OTHER;
   r->name_len = 0;
   r->value_len = 0;
-  r->chunks = 0;
   r->body_bytes = 0;
   r->expect = EXPECT_NONE;
   r->wants_continue = 0;
@@ -105,6 +111,8 @@ static int is_word(const char *s, size_t len, const char *word) {
 
 static int on_header_field(llhttp_t *p, const char *at, size_t len) {
   http_request_t *r = request_of(p);
+  if (r->head_done && framing(r, len) != 0)
+    return HPE_USER; /* trailers */
   for (size_t i = 0; i < len && r->name_len < 255; i++, r->name_len++)
     if (r->name_len < sizeof r->name)
       r->name[r->name_len] = lower(at[i]);
@@ -132,6 +140,8 @@ static int on_header_field_complete(llhttp_t *p) {
 
 static int on_header_value(llhttp_t *p, const char *at, size_t len) {
   http_request_t *r = request_of(p);
+  if (r->head_done && framing(r, len) != 0)
+    return HPE_USER; /* trailers */
   if (r->field == FIELD_OTHER || r->value_len > HTTP_VALUE_MAX)
     return 0;
   if (len > (size_t)(HTTP_VALUE_MAX - r->value_len)) {
@@ -256,9 +266,9 @@ static int on_body(llhttp_t *p, const char *at, size_t len) {
   return 0;
 }
 
-static int on_chunk_header(llhttp_t *p) {
-  request_of(p)->chunks++;
-  return 0;
+static int on_chunk_extension(llhttp_t *p, const char *at, size_t len) {
+  (void)at;
+  return framing(request_of(p), len);
 }
 
 static int on_message_complete(llhttp_t *p) {
@@ -283,7 +293,8 @@ static const llhttp_settings_t settings = {
     .on_header_value_complete = on_header_value_complete,
     .on_headers_complete = on_headers_complete,
     .on_body = on_body,
-    .on_chunk_header = on_chunk_header,
+    .on_chunk_extension_name = on_chunk_extension,
+    .on_chunk_extension_value = on_chunk_extension,
     .on_message_complete = on_message_complete,
 };
 
@@ -295,23 +306,13 @@ void http_request_init(http_request_t *r, const http_limits_t *limits) {
   r->limits = limits;
 }
 
-/* The bytes counted against max_header_size: the head's, then with them
- * what a body's framing (chunk sizes, extensions, CRLFs, trailers) takes
- * beyond 16 bytes a chunk and twice its data, so that a body sent in small
- * chunks is read while extensions and trailers stay bounded. */
-static uint64_t counted(const http_request_t *r) {
-  uint64_t framing = r->head_done ? r->body_wire - r->body_bytes : 0;
-  uint64_t allowed = 16 * (uint64_t)r->chunks + 2 * (uint64_t)r->body_bytes;
-  return r->head_bytes + (framing > allowed ? framing - allowed : 0);
-}
-
 enum http_parse_result http_parse(http_request_t *r, const char *data, size_t len, size_t *used) {
   size_t off = 0;
   int again = 0; /* the head just ended: the request may end with no byte more */
   r->events = 0;
   while (off < len || again) {
     /* In the head, llhttp gets at most one byte past the limit. */
-    uint64_t room = r->limits->max_header_size - counted(r);
+    uint64_t room = r->limits->max_header_size - r->head_bytes;
     size_t n = r->head_done || len - off <= room ? len - off : (size_t)room + 1;
     llhttp_errno_t e;
     again = 0;
@@ -322,13 +323,11 @@ enum http_parse_result http_parse(http_request_t *r, const char *data, size_t le
         r->error_status = e == HPE_INVALID_TRANSFER_ENCODING ? 501 : 400;
       return HTTP_PARSE_ERROR;
     }
-    if (r->head_done)
-      r->body_wire += taken;
-    else
+    if (!r->head_done)
       r->head_bytes += taken;
     off += taken;
-    if (counted(r) > r->limits->max_header_size) {
-      r->error_status = r->head_done ? 413 : 431; /* a body's framing is the body's */
+    if (r->head_bytes > r->limits->max_header_size) {
+      r->error_status = 431;
       return HTTP_PARSE_ERROR;
     }
     if (e == HPE_PAUSED) {
@@ -339,7 +338,7 @@ enum http_parse_result http_parse(http_request_t *r, const char *data, size_t le
       }
       *used = off; /* the end of the request */
       r->head_done = 0;
-      r->head_bytes = r->body_wire = 0;
+      r->head_bytes = r->framing = 0;
       return HTTP_PARSE_DONE;
     }
   }

@@ -35,7 +35,7 @@ typedef struct http_request_s {
   llhttp_t parser;
   const http_limits_t *limits;
   uint64_t head_bytes; /* of the current head, on the wire */
-  uint64_t body_wire;  /* of the current body, on the wire: data and framing */
+  uint64_t framing;    /* of the current body: chunk extensions and trailers */
   uint32_t header_count;
   uint32_t body_bytes;    /* data */
   uint16_t error_status;  /* with HTTP_PARSE_ERROR: 400, 413, 417 or 431 */
@@ -54,7 +54,6 @@ typedef struct http_request_s {
   uint8_t lengths;            /* Content-Length lines seen */
   uint8_t codings;            /* Transfer-Encoding lines seen */
   uint8_t coding;             /* what they said: CODING_EMPTY, CODING_OTHER bits */
-  uint32_t chunks;            /* of the current chunked body */
   char name[20];              /* the current header name, lowercased, its first bytes */
   char value[HTTP_VALUE_MAX]; /* the value of a header the server reads */
   char url[HTTP_URL_MAX];     /* the path and query, an absolute form's authority left out */

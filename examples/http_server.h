@@ -28,7 +28,8 @@ typedef struct http_server_config_s {
   uint64_t keep_alive_timeout_buffer; /* ms; Node's keepAliveTimeoutBuffer */
   uint64_t send_timeout;              /* ms a queued answer may wait for the client */
   uint64_t shutdown_grace;            /* ms left to requests in flight at shutdown */
-  uint64_t max_header_size; /* bytes of the head on the wire, and of a body's framing; 431 beyond */
+  uint64_t max_header_size;   /* bytes of the head (431 beyond), then of a body's chunk extensions
+                                 and trailers with it (413 beyond) */
   uint64_t max_headers_count; /* 431 beyond */
   uint64_t max_body_size;     /* bytes, at most UINT32_MAX; 413 beyond */
   uint64_t max_conn_buffered; /* bytes of answers a client leaves unread; cut beyond */

@@ -96,6 +96,8 @@ static int accept_pending(http_server_t *s, int draining) {
       close(s->waiting_fd);
     } else {
       conn_open(s, c, s->waiting_fd);
+      if (!draining && s->watch.paused > 0)
+        loop_watch_wake(&s->watch); /* the lag is sampled while there is work */
     }
     s->waiting_fd = -1;
   }
@@ -288,7 +290,7 @@ int http_server_start(http_server_t **server, uv_loop_t *loop, const http_server
   manual = wheel_options != NULL && wheel_options->manual_clock;
   loop_watch_start(&s->watch, s->wheel, config->max_loop_delay,
                    config->max_loop_delay > 0 || (config->sample_loop && !manual),
-                   &s->counters.shedding);
+                   &s->counters.shedding, &s->counters.open);
   s->handle_request = routes_handle;
   s->released = maybe_finish_shutdown;
   s->listen_fd = s->waiting_fd = -1;

@@ -50,7 +50,7 @@ typedef struct http_server_config_s {
    * while above, answers new requests (all but GET /stats and /metrics)
    * with 503, Retry-After and Connection: close (http_loop_watch.c). */
   uint64_t max_loop_delay;
-  /* 1 (the default): sample the loop every 10 ms, so that /stats and
+  /* 1 (the default): sample the loop every 10 ms while a connection is open, so that /stats and
    * /metrics show the lag of a quiet server. Ignored on a manual clock,
    * where time moves only when a test says (max_loop_delay samples still). */
   int sample_loop;

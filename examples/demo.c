@@ -35,7 +35,7 @@ enum {
 typedef struct demo_s {
   lg_server_t server;
   long rss_base_kib, rss_peak_kib;
-  char end_stats[2048];
+  char end_stats[4096];
 } demo_t;
 
 static uv_loop_t *loop;

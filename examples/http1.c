@@ -3,11 +3,13 @@
  * Every byte a client sends counts against a limit, as it arrives: the
  * head's bytes on the wire (request line, header lines with their spaces,
  * CRLFs, and anything before the request line) against max_header_size,
- * fed to llhttp no further than one byte past it; a body's data against
- * max_body_size; its framing (chunk sizes, extensions, CRLFs, trailers)
- * with the head against max_header_size. One request at a time: the parser
- * pauses at the end of each request, and at the end of a head a body
- * follows, where the head's bytes end.
+ * fed to llhttp no further than one byte past it (431 beyond); a body's
+ * data against max_body_size; its chunk extensions and trailers, as llhttp
+ * reports them, with the head against max_header_size (413 beyond: they
+ * are the body's), as Node limits them. Chunk sizes and CRLFs are not
+ * counted: a body of small chunks is read whatever their number. One request at a time: the
+ * parser pauses at the end of each request, and at the end of a head a body follows, where the
+ * head's bytes end.
  *
  * Framing is strict, so that the server and anything in front of it never
  * disagree where a request ends (request smuggling): llhttp's strict mode
@@ -24,7 +26,9 @@
 
 enum { URL_SKIP_AUTHORITY = 2 };
 enum { EXPECT_NONE, EXPECT_CONTINUE, EXPECT_OTHER };
-enum { HOST_OK, HOST_SPACE = 1, HOST_BAD = 2 };
+/* The header lines the server reads; the others it only counts. */
+enum { FIELD_OTHER, FIELD_HOST, FIELD_EXPECT, FIELD_CODING, FIELD_LENGTH };
+enum { CODING_EMPTY = 1, CODING_OTHER = 2 }; /* besides exactly "chunked" */
 
 static http_request_t *request_of(llhttp_t *p) {
   return p->data;
@@ -35,24 +39,33 @@ static int fail(http_request_t *r, uint16_t status) {
   return HPE_USER;
 }
 
+/* A chunk extension's or a trailer's bytes: counted with the head. */
+static int framing(http_request_t *r, size_t len) {
+  r->framing += len;
+  return r->head_bytes + r->framing > r->limits->max_header_size ? fail(r, 413) : 0;
+}
+
 static int on_message_begin(llhttp_t *p) {
   http_request_t *r = request_of(p);
   r->url_len = 0;
   r->url[0] = '\0';
   r->url_flags = 0;
   r->header_count = 0;
-  r->hosts = 0;
-  r->host_field = 0;
-  r->host_value = HOST_OK;
-  r->field_len = 0;
+  r->hosts = r->lengths = r->codings = r->coding = 0;
+  r->field = FIELD_OTHER;
+  r->name_len = 0;
+  r->value_len = 0;
   r->body_bytes = 0;
   r->expect = EXPECT_NONE;
-  r->expect_field = 0;
-  r->expect_value = 0;
   r->wants_continue = 0;
   r->error_status = 0;
   r->events |= HTTP_BEGUN;
   return 0;
+}
+
+/* HTTP/1.x only; a minor version above 1 is HTTP/1.1 (RFC 9112 2.3). */
+static int on_version_complete(llhttp_t *p) {
+  return p->http_major == 1 ? 0 : fail(request_of(p), 505);
 }
 
 /* Keeps the path (an absolute-form target, "http://host/path", routes by its
@@ -82,72 +95,143 @@ static int on_url(llhttp_t *p, const char *at, size_t len) {
   return 0;
 }
 
-/* Matches `s` against `word` incrementally, case-insensitively; *pos is the
- * length matched so far, 0xff once it cannot match. */
-static void match_word(uint8_t *pos, const char *word, size_t word_len, const char *s, size_t len) {
-  for (size_t i = 0; i < len && *pos != 0xff; i++) {
-    char ch = s[i];
-    if (ch >= 'A' && ch <= 'Z')
-      ch = (char)(ch - 'A' + 'a');
-    if (*pos >= word_len || word[*pos] != ch)
-      *pos = 0xff;
-    else
-      (*pos)++;
-  }
+static char lower(char ch) {
+  return ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
 }
 
-static const char expect_name[] = "expect", expect_continue[] = "100-continue",
-                  host_name[] = "host";
+/* `s` of `len` bytes is `word` (lowercase), case-insensitively. */
+static int is_word(const char *s, size_t len, const char *word) {
+  size_t i;
+  if (len != strlen(word))
+    return 0;
+  for (i = 0; i < len && lower(s[i]) == word[i]; i++)
+    ;
+  return i == len;
+}
 
 static int on_header_field(llhttp_t *p, const char *at, size_t len) {
   http_request_t *r = request_of(p);
-  match_word(&r->expect_field, expect_name, sizeof expect_name - 1, at, len);
-  match_word(&r->host_field, host_name, sizeof host_name - 1, at, len);
-  r->field_len += len;
+  if (r->head_done && framing(r, len) != 0)
+    return HPE_USER; /* trailers */
+  for (size_t i = 0; i < len && r->name_len < 255; i++, r->name_len++)
+    if (r->name_len < sizeof r->name)
+      r->name[r->name_len] = lower(at[i]);
   return 0;
 }
 
 static int on_header_field_complete(llhttp_t *p) {
   http_request_t *r = request_of(p);
+  static const char *const names[] = {"", "host", "expect", "transfer-encoding", "content-length"};
+  size_t n = r->name_len < sizeof r->name ? r->name_len : sizeof r->name;
   if (++r->header_count > r->limits->max_headers_count)
     return fail(r, 431);
-  if (r->field_len == 0)
+  if (r->name_len == 0)
     return fail(r, 400); /* ": chunked": a name no one agrees on */
-  if (r->host_field == sizeof host_name - 1 && ++r->hosts > 1)
+  r->field = FIELD_OTHER;
+  for (uint8_t f = FIELD_HOST; f <= FIELD_LENGTH; f++)
+    if (r->name_len == n && is_word(r->name, n, names[f]))
+      r->field = f;
+  r->name_len = 0;
+  r->value_len = 0;
+  if (r->field == FIELD_HOST && ++r->hosts > 1)
     return fail(r, 400); /* two Host lines */
   return 0;
 }
 
-/* A Host value: uri-host [ ":" port ], no spaces, no list (RFC 3986). */
-static int host_char(char ch) {
-  static const char allowed[] = "-._~%!$&'()*+,;=:[]";
-  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-         (ch != '\0' && strchr(allowed, ch) != NULL);
-}
-
 static int on_header_value(llhttp_t *p, const char *at, size_t len) {
   http_request_t *r = request_of(p);
-  if (r->expect_field == sizeof expect_name - 1)
-    match_word(&r->expect_value, expect_continue, sizeof expect_continue - 1, at, len);
-  for (size_t i = 0; r->host_field == sizeof host_name - 1 && i < len; i++)
-    if (at[i] == ' ' || at[i] == '\t')
-      r->host_value |= HOST_SPACE; /* trailing whitespace is no part of the value */
-    else if (!host_char(at[i]) || (r->host_value & HOST_SPACE))
-      r->host_value |= HOST_BAD;
+  if (r->head_done && framing(r, len) != 0)
+    return HPE_USER; /* trailers */
+  if (r->field == FIELD_OTHER || r->value_len > HTTP_VALUE_MAX)
+    return 0;
+  if (len > (size_t)(HTTP_VALUE_MAX - r->value_len)) {
+    r->value_len = HTTP_VALUE_MAX + 1;
+    return 0;
+  }
+  memcpy(r->value + r->value_len, at, len);
+  r->value_len = (uint16_t)(r->value_len + len);
   return 0;
 }
 
-static int on_header_value_complete(llhttp_t *p) {
-  http_request_t *r = request_of(p);
-  if (r->expect_field == sizeof expect_name - 1)
-    r->expect = r->expect_value == sizeof expect_continue - 1 ? EXPECT_CONTINUE : EXPECT_OTHER;
-  r->expect_field = 0;
-  r->expect_value = 0;
-  r->host_field = 0;
-  r->field_len = 0;
-  return r->host_value & HOST_BAD ? fail(r, 400) : 0;
+static int digit(char ch) {
+  return ch >= '0' && ch <= '9';
 }
 
+/* A Host value (RFC 9110 7.2, RFC 3986 3.2.2): uri-host [ ":" port ], where
+ * uri-host is a reg-name (an IPv4 address is one) or an IP literal in
+ * brackets; no spaces, no list (no comma), one port of at most 65535. */
+static int host_valid(const char *s, size_t len) {
+  static const char reg_name[] = "-._~%!$&'()*+;=";
+  static const char literal[] = ":.abcdefABCDEF";
+  size_t i = 0;
+  unsigned long port = 0;
+  if (len > 0 && s[0] == '[') {
+    for (i = 1; i < len && (digit(s[i]) || (s[i] != '\0' && strchr(literal, s[i]) != NULL)); i++)
+      ;
+    if (i == 1 || i == len || s[i] != ']')
+      return 0;
+    i++;
+  } else {
+    for (; i < len && s[i] != ':'; i++)
+      if (!digit(s[i]) && !((lower(s[i]) >= 'a' && lower(s[i]) <= 'z')) &&
+          (s[i] == '\0' || strchr(reg_name, s[i]) == NULL))
+        return 0;
+  }
+  if (i == len)
+    return 1;
+  if (s[i++] != ':' || len - i > 5)
+    return 0;
+  for (; i < len; i++) {
+    if (!digit(s[i]))
+      return 0;
+    port = port * 10 + (unsigned long)(s[i] - '0');
+  }
+  return port <= 65535;
+}
+
+/* The value of a header the server reads, without the whitespace around it
+ * (RFC 9110 5.5). */
+static int on_header_value_complete(llhttp_t *p) {
+  http_request_t *r = request_of(p);
+  const char *v = r->value;
+  size_t n = r->value_len;
+  int field = r->field;
+  r->field = FIELD_OTHER;
+  if (field == FIELD_OTHER)
+    return 0;
+  if (n > HTTP_VALUE_MAX) {
+    v = "?"; /* too long: a value no check accepts (a Host, a coding, an expectation) */
+    n = 1;
+  }
+  for (; n > 0 && (v[0] == ' ' || v[0] == '\t'); v++, n--)
+    ;
+  for (; n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'); n--)
+    ;
+  switch (field) {
+  case FIELD_HOST:
+    return host_valid(v, n) ? 0 : fail(r, 400);
+  case FIELD_EXPECT:
+    if (r->expect != EXPECT_OTHER)
+      r->expect = is_word(v, n, "100-continue") ? EXPECT_CONTINUE : EXPECT_OTHER;
+    return 0;
+  case FIELD_CODING:
+    r->codings++;
+    if (n == 0)
+      r->coding |= CODING_EMPTY;
+    else if (!is_word(v, n, "chunked"))
+      r->coding |= CODING_OTHER;
+    return 0;
+  default: /* FIELD_LENGTH: llhttp reads its value */
+    r->lengths++;
+    return 0;
+  }
+}
+
+/* The framing is the server's own decision, from the lines it counted, not
+ * only llhttp's flags (llhttp 8 sets its Transfer-Encoding flag only once a
+ * value byte starts): Transfer-Encoding with Content-Length, in HTTP/1.0, or
+ * empty is faulty framing (RFC 9112 6.1, 6.3): 400; any coding but exactly
+ * one "chunked" is one the server does not implement: 501. */
 static int on_headers_complete(llhttp_t *p) {
   http_request_t *r = request_of(p);
   int has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
@@ -157,8 +241,12 @@ static int on_headers_complete(llhttp_t *p) {
   /* Upgrade is ignored (RFC 9110 7.8 allows it): the request is answered as
    * HTTP/1.1. A CONNECT is answered 405 once it is complete. */
   p->upgrade = 0;
-  if ((http11 && r->hosts != 1) || (!http11 && (p->flags & F_TRANSFER_ENCODING)))
+  if (http11 && r->hosts != 1)
     return fail(r, 400);
+  if (r->codings > 0 && (!http11 || r->lengths > 0 || (r->coding & CODING_EMPTY)))
+    return fail(r, 400);
+  if (r->codings > 1 || (r->coding & CODING_OTHER))
+    return fail(r, 501);
   if (r->expect == EXPECT_OTHER)
     return fail(r, 417); /* as Node: an expectation it cannot meet */
   if (p->content_length > r->limits->max_body_size)
@@ -178,6 +266,11 @@ static int on_body(llhttp_t *p, const char *at, size_t len) {
   return 0;
 }
 
+static int on_chunk_extension(llhttp_t *p, const char *at, size_t len) {
+  (void)at;
+  return framing(request_of(p), len);
+}
+
 static int on_message_complete(llhttp_t *p) {
   http_request_t *r = request_of(p);
   r->keep_alive = (uint8_t)llhttp_should_keep_alive(p);
@@ -193,26 +286,24 @@ static int on_message_complete(llhttp_t *p) {
 static const llhttp_settings_t settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
+    .on_version_complete = on_version_complete,
     .on_header_field = on_header_field,
     .on_header_field_complete = on_header_field_complete,
     .on_header_value = on_header_value,
     .on_header_value_complete = on_header_value_complete,
     .on_headers_complete = on_headers_complete,
     .on_body = on_body,
+    .on_chunk_extension_name = on_chunk_extension,
+    .on_chunk_extension_value = on_chunk_extension,
     .on_message_complete = on_message_complete,
 };
 
 void http_request_init(http_request_t *r, const http_limits_t *limits) {
   memset(r, 0, sizeof *r);
   llhttp_init(&r->parser, HTTP_REQUEST, &settings);
+  r->parser.lenient_flags |= LENIENT_VERSION; /* any digit.digit: on_version_complete decides */
   r->parser.data = r;
   r->limits = limits;
-}
-
-/* The bytes counted against max_header_size: the head's, then with them a
- * body's framing (its bytes on the wire that are not data). */
-static uint64_t counted(const http_request_t *r) {
-  return r->head_bytes + (r->head_done ? r->body_wire - r->body_bytes : 0);
 }
 
 enum http_parse_result http_parse(http_request_t *r, const char *data, size_t len, size_t *used) {
@@ -221,23 +312,21 @@ enum http_parse_result http_parse(http_request_t *r, const char *data, size_t le
   r->events = 0;
   while (off < len || again) {
     /* In the head, llhttp gets at most one byte past the limit. */
-    uint64_t room = r->limits->max_header_size - counted(r);
+    uint64_t room = r->limits->max_header_size - r->head_bytes;
     size_t n = r->head_done || len - off <= room ? len - off : (size_t)room + 1;
     llhttp_errno_t e;
     again = 0;
     e = llhttp_execute(&r->parser, data + off, n);
     size_t taken = e == HPE_PAUSED ? (size_t)(llhttp_get_error_pos(&r->parser) - (data + off)) : n;
     if (e != HPE_OK && e != HPE_PAUSED) {
-      if (r->error_status == 0)
-        r->error_status = 400;
+      if (r->error_status == 0) /* llhttp's own: a coding after "chunked" is not implemented */
+        r->error_status = e == HPE_INVALID_TRANSFER_ENCODING ? 501 : 400;
       return HTTP_PARSE_ERROR;
     }
-    if (r->head_done)
-      r->body_wire += taken;
-    else
+    if (!r->head_done)
       r->head_bytes += taken;
     off += taken;
-    if (counted(r) > r->limits->max_header_size) {
+    if (r->head_bytes > r->limits->max_header_size) {
       r->error_status = 431;
       return HTTP_PARSE_ERROR;
     }
@@ -249,7 +338,7 @@ enum http_parse_result http_parse(http_request_t *r, const char *data, size_t le
       }
       *used = off; /* the end of the request */
       r->head_done = 0;
-      r->head_bytes = r->body_wire = 0;
+      r->head_bytes = r->framing = 0;
       return HTTP_PARSE_DONE;
     }
   }
@@ -271,6 +360,10 @@ const char *http_reason(int status) {
     return "Expectation Failed";
   case 431:
     return "Request Header Fields Too Large";
+  case 501:
+    return "Not Implemented";
+  case 505:
+    return "HTTP Version Not Supported";
   default:
     return NULL;
   }

@@ -12,10 +12,12 @@
 
 #include <llhttp.h>
 
-#define HTTP_URL_MAX 64 /* a longer path matches no route */
+#define HTTP_URL_MAX 64    /* a longer path matches no route */
+#define HTTP_VALUE_MAX 272 /* Host, Expect, Transfer-Encoding: a longer one is invalid */
 
 typedef struct http_limits_s {
-  uint64_t max_header_size; /* bytes of the head on the wire, and of a body's framing; 431 beyond */
+  uint64_t max_header_size;   /* bytes of the head on the wire (431 beyond), and of a body's
+                                 framing beyond its allowance (413 beyond) */
   uint64_t max_headers_count; /* 431 beyond */
   uint64_t max_body_size;     /* bytes, at most UINT32_MAX; 413 beyond (417 with 100-continue) */
 } http_limits_t;
@@ -33,8 +35,7 @@ typedef struct http_request_s {
   llhttp_t parser;
   const http_limits_t *limits;
   uint64_t head_bytes; /* of the current head, on the wire */
-  uint64_t body_wire;  /* of the current body, on the wire: data and framing */
-  uint64_t field_len;  /* of the current header name */
+  uint64_t framing;    /* of the current body: chunk extensions and trailers */
   uint32_t header_count;
   uint32_t body_bytes;    /* data */
   uint16_t error_status;  /* with HTTP_PARSE_ERROR: 400, 413, 417 or 431 */
@@ -43,15 +44,19 @@ typedef struct http_request_s {
   uint8_t keep_alive;     /* once done: the connection may carry another request */
   uint8_t wants_continue; /* once the head is done: send 100 Continue before the body */
   uint8_t url_len;
-  uint8_t url_flags;      /* HTTP_URL_TRUNCATED, and while parsing, skipping an authority */
-  uint8_t expect_field;   /* matched length of "expect" in the header name; 0xff: no */
-  uint8_t expect_value;   /* matched length of "100-continue" in its value; 0xff: no */
-  uint8_t expect;         /* none, 100-continue, or another expectation (417) */
-  uint8_t head_done;      /* the head is parsed: the body's bytes follow */
-  uint8_t host_field;     /* matched length of "host" in the header name; 0xff: no */
-  uint8_t hosts;          /* Host lines seen */
-  uint8_t host_value;     /* HOST_SPACE (whitespace seen), HOST_BAD (not a host[:port]) */
-  char url[HTTP_URL_MAX]; /* the path and query, an absolute form's authority left out */
+  uint8_t url_flags;          /* HTTP_URL_TRUNCATED, and while parsing, skipping an authority */
+  uint8_t expect;             /* none, 100-continue, or another expectation (417) */
+  uint8_t head_done;          /* the head is parsed: the body's bytes follow */
+  uint8_t field;              /* the header line being parsed, if one the server reads */
+  uint8_t name_len;           /* of the current header name, at most 255 */
+  uint16_t value_len;         /* of the value kept, HTTP_VALUE_MAX + 1: longer */
+  uint8_t hosts;              /* Host lines seen */
+  uint8_t lengths;            /* Content-Length lines seen */
+  uint8_t codings;            /* Transfer-Encoding lines seen */
+  uint8_t coding;             /* what they said: CODING_EMPTY, CODING_OTHER bits */
+  char name[20];              /* the current header name, lowercased, its first bytes */
+  char value[HTTP_VALUE_MAX]; /* the value of a header the server reads */
+  char url[HTTP_URL_MAX];     /* the path and query, an absolute form's authority left out */
 } http_request_t;
 
 enum { HTTP_URL_TRUNCATED = 1 };

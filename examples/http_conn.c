@@ -2,21 +2,19 @@
  * Requests on one connection are answered one at a time, in order: the
  * parser (http1.c) stops after each, and what the client pipelined waits
  * in `pending` until the answer is written. */
-#include "http_conn.h" /* first: uvtw.h asks for the POSIX uv.h needs */
+#include "http_server_impl.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #define LINGER_MS 2000          /* lingering close: the longest wait for the client's EOF */
-#define PROBE_MS 1000           /* after a 102 probe: long enough for a reset to come back */
-#define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered */
+#define PENDING_MAX (64 * 1024) /* bytes kept while a request is answered, each connection */
 
 static void conn_feed(conn_t *c, const char *data, size_t len);
-static void conn_await_answer(conn_t *c);
 static void conn_resume(conn_t *c);
 static int conn_read_start(conn_t *c);
 
@@ -66,6 +64,32 @@ static void buffered_add(http_server_t *s, size_t n) {
     s->counters.buffered_peak = s->counters.buffered;
 }
 
+/* The bytes the server holds for a connection: what it pipelined, and its
+ * answers not yet written. The server's total is counters.buffered. */
+static uint64_t held(const conn_t *c) {
+  return c->pending.cap + c->writing;
+}
+
+/* Cuts the connections that hold the most until the server is within its
+ * caps: bytes pipelined (read ahead) by all within a quarter of
+ * max_buffered, so that answers always have the rest (closed_read_ahead);
+ * everything within max_buffered (closed_slow_reader). A client that reads
+ * its answers as they come holds little and is not the one cut. */
+static void caps_enforce(http_server_t *s) {
+  for (;;) {
+    int ahead = s->read_ahead > s->config.max_buffered / 4;
+    conn_t *most = NULL;
+    if (!ahead && s->counters.buffered <= s->config.max_buffered)
+      return;
+    for (conn_t *x = s->connections; x != NULL; x = x->next)
+      if (most == NULL || (ahead ? x->pending.cap > most->pending.cap : held(x) > held(most)))
+        most = x;
+    if (most == NULL)
+      return;
+    conn_close(most, ahead ? CLOSE_READ_AHEAD : CLOSE_SLOW_READER);
+  }
+}
+
 static void on_shutdown(uv_shutdown_t *req, int status) {
   (void)status;
   free(req); /* the linger timer or the client's EOF ends the connection */
@@ -97,10 +121,12 @@ static void on_write(uv_write_t *req, int status) {
   conn_t *c = w->conn;
   http_server_t *s = c->server;
   int interim = w->interim;
-  s->counters.buffered -= w->len;
+  size_t len = w->len;
   free(w);
   if (c->state == ST_CLOSING)
-    return; /* cancelled by uv_close */
+    return; /* cancelled by uv_close; conn_close gave its bytes back */
+  s->counters.buffered -= len;
+  c->writing -= len;
   if (status < 0) {
     conn_close(c, CLOSE_PEER);
     return;
@@ -121,8 +147,9 @@ static void on_write(uv_write_t *req, int status) {
 
 /* Queues bytes on the connection; a response that the kernel did not take at
  * once is under the send timeout. A client that leaves more queued than
- * max_conn_buffered, or any queued while the server holds more than
- * max_buffered, is cut. Returns 0 or closes the connection. */
+ * max_conn_buffered is cut, and so is the one holding the most while the
+ * server holds more than its caps. Returns 0, or an error if it closed the
+ * connection. */
 static int conn_write(conn_t *c, write_req_t *w, size_t len) {
   http_server_t *s = c->server;
   uv_buf_t buf = uv_buf_init(w->data, (unsigned)len);
@@ -136,13 +163,15 @@ static int conn_write(conn_t *c, write_req_t *w, size_t len) {
     return r;
   }
   w->len = len;
+  c->writing += len;
   buffered_add(s, len);
   queued = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
-  if (queued > s->config.max_conn_buffered ||
-      (queued > 0 && s->counters.buffered > s->config.max_buffered)) {
+  if (queued > s->config.max_conn_buffered)
     conn_close(c, CLOSE_SLOW_READER); /* uv_close gives the queued writes back */
+  else
+    caps_enforce(s);
+  if (c->state == ST_CLOSING)
     return UV_ENOBUFS;
-  }
   if (!w->interim && queued > 0)
     timeout_start(c, T_IO, on_send_timeout, s->config.send_timeout);
   return 0;
@@ -259,6 +288,7 @@ static enum http_parse_result conn_parse(conn_t *c, const char *data, size_t len
 
 static void pending_free(conn_t *c) {
   c->server->counters.buffered -= c->pending.cap;
+  c->server->read_ahead -= c->pending.cap;
   http_pipeline_free(&c->pending);
 }
 
@@ -272,10 +302,12 @@ static void conn_keep_pending(conn_t *c, const char *data, size_t len) {
     return;
   }
   buffered_add(c->server, grown);
-  if (c->pending.len > PENDING_MAX && c->reading) {
+  c->server->read_ahead += grown;
+  if (c->pending.len - c->pending.off >= PENDING_MAX && c->reading) {
     uv_read_stop((uv_stream_t *)&c->tcp); /* back-pressure until it is parsed */
     c->reading = 0;
   }
+  caps_enforce(c->server);
 }
 
 static void conn_feed(conn_t *c, const char *data, size_t len) {
@@ -324,7 +356,6 @@ static void conn_resume(conn_t *c) {
     c->pending.off += (uint32_t)used;
     if (r == HTTP_PARSE_DONE && c->state == ST_HANDLING) {
       s->handle_request(c);
-      conn_await_answer(c);
     }
   }
   if (c->state == ST_CLOSING)
@@ -336,53 +367,26 @@ static void conn_resume(conn_t *c) {
       conn_close(c, s->shutting_down ? CLOSE_SHUTDOWN : CLOSE_PEER);
     return;
   }
-  if (!c->reading && c->pending.len - c->pending.off <= PENDING_MAX && conn_read_start(c) != 0)
+  if (!c->reading && c->pending.len - c->pending.off < PENDING_MAX && conn_read_start(c) != 0)
     conn_close(c, CLOSE_PEER);
-}
-
-/* The probe's answer: a socket the client closed has been reset by now (its
- * error is set), one it half-closed has not, and then the answer must come
- * within the send timeout. */
-static void on_probe_timeout(http_timer_t *timer) {
-  conn_t *c = timeout_fired(timer);
-  int err = 0;
-  socklen_t len = sizeof err;
-  uv_os_fd_t fd;
-  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0 &&
-      getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
-    conn_close(c, CLOSE_PEER); /* the client is gone: its work is let go */
-    return;
-  }
-  timeout_start(c, T_IO, on_send_timeout, c->server->config.send_timeout);
-}
-
-/* After the client's EOF, an answer still being prepared (/delay): a client
- * that closed cannot be told from one that half-closed until the server
- * writes. To an HTTP/1.1 client the server writes an interim 102
- * Processing, which a client ignores (RFC 9110, 15.2) and a closed socket
- * answers with a reset, and looks PROBE_MS later. An HTTP/1.0 client may
- * not be sent a 1xx: the send timeout bounds the wait. */
-static void conn_await_answer(conn_t *c) {
-  static const char processing[] = "HTTP/1.1 102 Processing\r\n\r\n";
-  if (!c->peer_ended || c->state != ST_HANDLING)
-    return;
-  if (c->request.parser.http_major == 1 && c->request.parser.http_minor == 0) {
-    timeout_start(c, T_IO, on_send_timeout, c->server->config.send_timeout);
-    return;
-  }
-  send_interim(c, processing, sizeof processing);
-  if (c->state == ST_HANDLING) /* the write may have found the client gone */
-    timeout_start(c, T_IO, on_probe_timeout, PROBE_MS);
 }
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
   conn_t *c = handle->data;
+  size_t room = sizeof c->server->read_buffer;
   (void)suggested;
-  *buf = uv_buf_init(c->server->read_buffer, sizeof c->server->read_buffer);
+  if (c->state == ST_HANDLING || c->state == ST_WRITING) /* read ahead: up to PENDING_MAX kept */
+    room = PENDING_MAX - (c->pending.len - c->pending.off);
+  *buf = uv_buf_init(c->server->read_buffer, (unsigned)room);
 }
 
-/* The client shut down its side: answer what it asked for, then close. */
+/* The client shut down its side. By default that ends what it asked for:
+ * an answer being prepared is let go (its work cancelled) and the
+ * connection closed at once; one being written is sent, requests kept
+ * behind it dropped. With allow_half_open the answers come, then the
+ * close. */
 static void conn_on_eof(conn_t *c) {
+  int half_open = c->server->config.allow_half_open;
   c->peer_ended = 1;
   c->reading = 0; /* libuv stopped reading */
   switch (c->state) {
@@ -393,8 +397,13 @@ static void conn_on_eof(conn_t *c) {
   case ST_IDLE:
     conn_close(c, CLOSE_PEER);
     break;
-  default: /* HANDLING, WRITING, DRAINING: the answers come, then the close */
-    conn_await_answer(c);
+  case ST_HANDLING:
+    if (!half_open)
+      conn_close(c, CLOSE_CLIENT_GONE);
+    break;
+  default: /* WRITING, DRAINING: the answer queued is sent, then the close */
+    if (!half_open)
+      c->pending.off = c->pending.len;
     break;
   }
 }
@@ -403,6 +412,11 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   conn_t *c = stream->data;
   if (nread == UV_EOF) {
     conn_on_eof(c);
+    return;
+  }
+  if (nread == UV_ENOBUFS) { /* PENDING_MAX kept: read again once it is parsed */
+    uv_read_stop(stream);
+    c->reading = 0;
     return;
   }
   if (nread < 0) {
@@ -420,6 +434,23 @@ static int conn_read_start(conn_t *c) {
   r = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
   c->reading = r == 0;
   return r;
+}
+
+/* ---- State ----------------------------------------------------------------- */
+
+int conn_in_flight(const conn_t *c) {
+  return c->state == ST_HANDLING || c->state == ST_WRITING || c->state == ST_DRAINING ||
+         (c->state == ST_READING && c->request_started);
+}
+
+int conn_idle(const conn_t *c) {
+  return c->state == ST_IDLE || (c->state == ST_READING && !c->request_started);
+}
+
+int conn_bytes_waiting(const conn_t *c) {
+  uv_os_fd_t fd;
+  int n = 0;
+  return uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0 && ioctl(fd, FIONREAD, &n) == 0 && n > 0;
 }
 
 /* ---- Opening and closing ---------------------------------------------------- */
@@ -446,6 +477,8 @@ void conn_close(conn_t *c, enum http_close_reason reason) {
     c->job = NULL;
   }
   pending_free(c);
+  s->counters.buffered -= c->writing; /* uv_close cancels the writes */
+  c->writing = 0;
   if (c->prev != NULL)
     c->prev->next = c->next;
   else
@@ -472,10 +505,9 @@ void conn_open(http_server_t *s, conn_t *c, int fd) {
   s->connections = c;
   c->state = ST_READING;
   c->close_reason = CLOSE_PEER;
-  r = fd < 0 ? uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp)
-             : uv_tcp_open(&c->tcp, fd);
-  if (r != 0 && fd >= 0)
-    close(fd); /* uv_tcp_open failed: the handle does not own it */
+  r = uv_tcp_open(&c->tcp, fd);
+  if (r != 0)
+    close(fd); /* the handle does not own it */
   if (r != 0 || conn_read_start(c) != 0) {
     conn_close(c, CLOSE_PEER);
     return;

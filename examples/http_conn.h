@@ -6,8 +6,8 @@
  *   IDLE       between requests: keepAliveTimeout + keepAliveTimeoutBuffer
  *   HANDLING   the answer is being prepared (/delay): the answer's own task
  *   WRITING    the answer is queued because the client does not read: the
- *              send timeout; bytes the client pipelines meanwhile are kept up
- *              to PENDING_MAX, then reading pauses
+ *              send timeout; bytes the client pipelines meanwhile (and while
+ *              HANDLING) are kept up to PENDING_MAX, then reading pauses
  *   DRAINING   the last answer is queued: the send timeout
  *   LINGERING  the write side is shut down; what the client still sends is
  *              read and discarded until its EOF or LINGER_MS, so that closing
@@ -19,37 +19,10 @@
 #include <stdint.h>
 
 #include "http1.h"
-#include "http_loop_watch.h"
 #include "http_server.h"
 #include "http_timer.h"
 
 typedef struct conn_s conn_t;
-
-/* The state of one server, shared by the files that make it (README.md,
- * "The server's files"). http_server.c owns it; the connections, the routes
- * and /delay read its configuration and count in its counters, and reach
- * back up only through the two callbacks it sets. */
-struct http_server_s {
-  http_server_config_t config;
-  http_server_counters_t counters;
-  uv_loop_t *loop;
-  uvtw_wheel_t *wheel;      /* NULL once closed */
-  uvtw_stats_t wheel_final; /* the wheel's statistics just before it closed */
-  http_limits_t limits;     /* the config's, for the parser */
-  loop_watch_t watch;       /* the lag: the last completed second, shedding */
-  conn_t *connections;      /* every open connection, for the shutdown */
-  int shutting_down;
-  void (*handle_request)(conn_t *c);  /* a request is complete: answer it (the routes) */
-  void (*released)(http_server_t *s); /* a connection or a job is gone: the shutdown may end */
-  /* http_server.c's own: */
-  uv_tcp_t listener;
-  uvtw_timer_t accept_retry_timer, grace_timer;
-  int accept_waiting;    /* a connection waits in the listener for memory or a descriptor */
-  uint64_t fd_burst_end; /* wheel time: out of descriptors after it is a new burst */
-  int wheel_closing;
-  int listening_port;
-  char read_buffer[64 * 1024]; /* one loop thread: reads are parsed at once */
-};
 
 enum conn_state {
   ST_READING,
@@ -61,6 +34,8 @@ enum conn_state {
   ST_CLOSING
 };
 
+enum { T_HEADERS, T_REQUEST, T_IO, CONN_TIMERS }; /* a connection's timers */
+
 struct conn_s {
   http_server_t *server;
   uv_tcp_t tcp;
@@ -69,24 +44,21 @@ struct conn_s {
   void *job;                  /* work preparing the answer (/delay), if any */
   void (*abandon)(void *job); /* lets the job go when the connection closes first */
   http_pipeline_t pending;    /* bytes received while answering */
+  uint64_t writing;           /* bytes of its answers queued, not yet written */
   uint8_t state;
   uint8_t keep_alive; /* the request being answered allows another */
   uint8_t reading;
-  uint8_t peer_ended;      /* EOF from the client: answer what it sent, then close */
+  uint8_t peer_ended;      /* EOF from the client: the answers it may still get, then close */
   uint8_t request_started; /* a byte of the current request has arrived */
   uint8_t shed;            /* its first byte came while the server was shedding */
   uint8_t close_reason;
   uint8_t handles_open; /* close callbacks still to come; freed at 0 */
-  /* Then its timers, http_timer_size bytes each (http_conn.c). */
+  /* Its timers (http_conn_timers.c), by T_*: headersTimeout, requestTimeout,
+   * and the one of its state: keep-alive (IDLE), send (WRITING, DRAINING)
+   * or linger. */
+  http_timer_t timers[CONN_TIMERS];
 };
 
-/* A zeroed connection with room for its timers, or NULL; conn_bytes() in all. */
-conn_t *conn_alloc(void);
-size_t conn_bytes(void);
-
-/* Its timers (http_conn_timers.c): headersTimeout, requestTimeout, and the
- * one of its state: keep-alive (IDLE), send (WRITING, DRAINING) or linger. */
-enum { T_HEADERS, T_REQUEST, T_IO, CONN_TIMERS };
 void timers_init(conn_t *c);
 int timers_close(conn_t *c, uv_close_cb cb); /* returns the close callbacks to come */
 void timeout_start(conn_t *c, int which, http_timer_cb cb, uint64_t ms); /* ms 0: disabled */
@@ -96,9 +68,9 @@ void timeouts_stop(conn_t *c);
  * inactive): its bookkeeping. Returns the timer's connection. */
 conn_t *timeout_fired(http_timer_t *timer);
 
-/* Opens `c` on `s`: taken from the listener (fd < 0) or `fd`, taken from its
- * backlog. It reads, under the headers and request timeouts; a complete
- * request goes to s->handle_request, which answers it with conn_respond. */
+/* Opens `c` on `s` for `fd`, taken from the listener's backlog. It reads, under the headers and
+ * request timeouts; a complete request goes to s->handle_request, which answers it with
+ * conn_respond. */
 void conn_open(http_server_t *s, conn_t *c, int fd);
 
 /* One response, with the header lines `extra` ("" for none, each ending in
@@ -109,6 +81,13 @@ void conn_respond_with(conn_t *c, int status, const char *reason, const char *ty
 void conn_respond(conn_t *c, int status, const char *reason, const char *body, size_t body_len,
                   int final);
 void conn_fail(conn_t *c, int status); /* an error response, then the close */
+
+/* A request has arrived (in part or in full) and has no answer written yet. */
+int conn_in_flight(const conn_t *c);
+/* Between requests, none begun: a shutdown closes it at once. */
+int conn_idle(const conn_t *c);
+/* Bytes from the client wait in the socket, unread. */
+int conn_bytes_waiting(const conn_t *c);
 void conn_close(conn_t *c, enum http_close_reason reason);
 
 #endif

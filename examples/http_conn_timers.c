@@ -1,28 +1,13 @@
-/* http_conn_timers: where a connection's timers live and how they are
- * armed (see http_conn.h). They follow its struct in the same block, as
- * many bytes each as the variant of http_timer.h built in says, so that
- * the connection's code is the same for both variants. Every arm and stop
+/* http_conn_timers: how a connection's timers are armed (see http_conn.h),
+ * the same for both variants of http_timer.h. Every arm and stop
  * keeps the server's count of armed timers; a timer that fires is checked
  * against its deadline where the variant measures (uv_timer_t). */
 #include <stdio.h>
-#include <stdlib.h>
 
-#include "http_conn.h"
-
-/* sizeof(conn_t), rounded up to where its timers can start. */
-#define CONN_SIZE                                                                                  \
-  ((sizeof(conn_t) + _Alignof(max_align_t) - 1) / _Alignof(max_align_t) * _Alignof(max_align_t))
+#include "http_server_impl.h"
 
 static http_timer_t *timer_of(conn_t *c, int which) {
-  return (http_timer_t *)((char *)c + CONN_SIZE + (size_t)which * http_timer_size);
-}
-
-size_t conn_bytes(void) {
-  return CONN_SIZE + CONN_TIMERS * http_timer_size;
-}
-
-conn_t *conn_alloc(void) {
-  return calloc(1, conn_bytes());
+  return &c->timers[which];
 }
 
 void timers_init(conn_t *c) {

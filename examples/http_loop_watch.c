@@ -29,6 +29,10 @@ static void on_sample(uvtw_timer_t *timer) {
   loop_watch_t *watch = timer->data;
   uint64_t now = uvtw_wheel_now(watch->wheel);
   /* The wheel counted how late this ran: that is the sample. */
+  if (*watch->busy == 0) {
+    watch->paused++;
+    return;
+  }
   sampler->due = sampler->due + ROUND_MS > now ? sampler->due + ROUND_MS : now;
   uvtw_timer_start(timer, on_sample, sampler->due - now, 0);
 }
@@ -51,8 +55,10 @@ static void timer_setup(loop_watch_t *watch, uvtw_timer_t *timer) {
 }
 
 void loop_watch_start(loop_watch_t *watch, uvtw_wheel_t *wheel, uint64_t max_delay, int sample,
-                      uint64_t *shedding) {
+                      uint64_t *shedding, const uint64_t *busy) {
   watch->wheel = wheel;
+  watch->busy = busy;
+  watch->paused = 0;
   watch->max_delay = max_delay;
   watch->shedding = shedding;
   uvtw_wheel_stats(wheel, &watch->second_end);
@@ -69,7 +75,20 @@ void loop_watch_start(loop_watch_t *watch, uvtw_wheel_t *wheel, uint64_t max_del
   }
 }
 
+void loop_watch_wake(loop_watch_t *watch) {
+  uint64_t now = uvtw_wheel_now(watch->wheel);
+  for (int i = 0; i < LOOP_WATCH_SAMPLERS && watch->paused > 0; i++) {
+    struct loop_sampler_s *sampler = &watch->samplers[i];
+    if (uvtw_timer_is_active(&sampler->timer))
+      continue;
+    sampler->due = now + (uint64_t)(i + 1) * LOOP_WATCH_SAMPLE_MS;
+    uvtw_timer_start(&sampler->timer, on_sample, sampler->due - now, 0);
+    watch->paused--;
+  }
+}
+
 void loop_watch_stop(loop_watch_t *watch) {
+  watch->paused = 0; /* no wake starts them again */
   uvtw_timer_stop(&watch->second_timer);
   for (int i = 0; i < LOOP_WATCH_SAMPLERS; i++)
     uvtw_timer_stop(&watch->samplers[i].timer);

@@ -13,8 +13,10 @@
 
 typedef struct loop_watch_s {
   uvtw_wheel_t *wheel;
-  uint64_t max_delay; /* ms; 0: never sheds */
-  uint64_t *shedding; /* set to 1 while the last second's p99 lateness is above max_delay */
+  uint64_t max_delay;   /* ms; 0: never sheds */
+  uint64_t *shedding;   /* set to 1 while the last second's p99 lateness is above max_delay */
+  const uint64_t *busy; /* 0: nothing to watch, the samplers stop (loop_watch_wake) */
+  int paused;           /* samplers stopped for want of work */
   uvtw_timer_t second_timer;
   struct loop_sampler_s {
     uvtw_timer_t timer;
@@ -25,9 +27,12 @@ typedef struct loop_watch_s {
 
 /* Starts copying the wheel's statistics once a second, deciding *shedding
  * with max_delay > 0, and sampling the loop every LOOP_WATCH_SAMPLE_MS if
- * `sample`. Its timers are unreferenced: they never keep the loop alive. */
+ * `sample`, while *busy is not 0: an idle program is not woken 100 times a
+ * second. Its timers are unreferenced: they never keep the loop alive. */
 void loop_watch_start(loop_watch_t *watch, uvtw_wheel_t *wheel, uint64_t max_delay, int sample,
-                      uint64_t *shedding);
+                      uint64_t *shedding, const uint64_t *busy);
+/* Work has come (*busy is not 0): the samplers stopped start again. */
+void loop_watch_wake(loop_watch_t *watch);
 void loop_watch_stop(loop_watch_t *watch);
 
 #endif

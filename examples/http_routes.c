@@ -60,7 +60,7 @@ static void stats(conn_t *c) {
   http_server_stats_t *each =
       s->config.gather != NULL ? s->config.gather(s, s->config.stats_arg, &count) : NULL;
   char body[4096];
-  size_t n = http_server_format_stats(s, each, count, body, sizeof body - 1);
+  size_t n = http_server_format_stats(s, each, count, 1, body, sizeof body - 1);
   free(each);
   body[n++] = '\n';
   conn_respond(c, 200, "OK", body, n, 0);

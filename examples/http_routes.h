@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "http_conn.h"
+#include "http_server_impl.h"
 
 /* Answers the complete request of `c` (the server's handle_request). */
 void routes_handle(conn_t *c);

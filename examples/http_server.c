@@ -4,12 +4,12 @@
  * from Node (the usage text is in http_server_main.c).
  *
  * This file is the server itself (the library of http_server.h): its
- * configuration, listening, accepting (retried later without memory; the
- * backlog taken in at shutdown), and the shutdown. The connection is
+ * configuration, listening, accepting (paused without a descriptor or
+ * memory; the backlog taken in at shutdown), and the shutdown. The connection is
  * http_conn.c, the parsing http1.c, what it answers http_routes.c;
  * examples/README.md ("The server's files") draws how they call each other. */
-#include "http_conn.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 #include "http_routes.h"
+#include "http_server_impl.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 #include "http_timer.h"
 
 #include <assert.h>
@@ -25,124 +25,98 @@
 #define ACCEPT_RETRY_MS 50 /* after a failed allocation at accept, or no descriptor */
 #define FD_BURST_MS 1000   /* running out of descriptors again within this is the same burst */
 
-/* A request has arrived (in part or in full) and has no answer written yet. */
-static int conn_in_flight(const conn_t *c) {
-  return c->state == ST_HANDLING || c->state == ST_WRITING || c->state == ST_DRAINING ||
-         (c->state == ST_READING && c->request_started);
-}
-
-/* Between requests, none begun: a shutdown closes it at once. */
-static int conn_idle(const conn_t *c) {
-  return c->state == ST_IDLE || (c->state == ST_READING && !c->request_started);
-}
-
 /* Bytes from the client wait in the socket, unread. */
 static int fd_bytes_waiting(uv_os_fd_t fd) {
   int n = 0;
   return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
 }
 
-static int conn_bytes_waiting(const conn_t *c) {
-  uv_os_fd_t fd;
-  return uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0 && fd_bytes_waiting(fd);
-}
-
 /* ---- Accepting ---------------------------------------------------------------- */
 
+/* The server accepts itself, on a uv_poll_t of its listening socket, rather
+ * than through uv_listen: libuv, out of descriptors, takes and closes what
+ * waits in the backlog (its reserve descriptor), which no check of the
+ * server's can prevent while other threads of the process take descriptors
+ * too (--workers). A failed accept() leaves the connection in the backlog. */
+
+static void on_listener_readable(uv_poll_t *handle, int status, int events);
 static void on_accept_retry(uvtw_timer_t *timer);
+
+/* Out of descriptors or memory: accepting pauses (the connections wait in
+ * the backlog, nothing spins) and resumes ACCEPT_RETRY_MS later. */
+static void accept_pause(http_server_t *s) {
+  uv_poll_stop(&s->listener);
+  if (!uvtw_timer_is_active(&s->accept_retry_timer))
+    uvtw_timer_start(&s->accept_retry_timer, on_accept_retry, ACCEPT_RETRY_MS, 0);
+}
+
+/* A burst of exhaustion is counted and logged once in the process: it ends
+ * FD_BURST_MS after the last time a descriptor was missing. */
+static void out_of_descriptors(http_server_t *s, int err) {
+  _Atomic uint64_t *end = s->config.fd_burst_end ? s->config.fd_burst_end : &s->fd_burst_end;
+  uint64_t now = uv_hrtime() / 1000000;
+  if (atomic_exchange(end, now + FD_BURST_MS) <= now)
+    fprintf(stderr,
+            "http_server: out of descriptors (%s): accepting paused (fd_exhausted=%" PRIu64 ")\n",
+            strerror(err), ++s->counters.fd_exhausted);
+}
 
 static conn_t *accept_alloc(http_server_t *s) {
   if (s->config.bench_routes && s->config.fail_accept_allocs > 0) {
     s->config.fail_accept_allocs--; /* fault injection, for the tests */
     return NULL;
   }
-  return conn_alloc();
+  return calloc(1, sizeof(conn_t));
 }
 
-/* Whether the process has a descriptor left. libuv accepts in a loop and,
- * out of descriptors, takes and closes what waits in the backlog without a
- * word; a connection it accepted with the last one is kept waiting in the
- * listener instead, so that libuv accepts no more until one is free. A
- * burst of exhaustion is counted and logged once: it ends FD_BURST_MS
- * after the last time a descriptor was missing. */
-static int descriptor_left(http_server_t *s) {
-  uv_os_fd_t fd;
-  uint64_t now;
-  int probe;
-  if (uv_fileno((uv_handle_t *)&s->listener, &fd) != 0)
-    return 1;
-  probe = dup(fd);
-  if (probe >= 0 || (errno != EMFILE && errno != ENFILE)) {
-    if (probe >= 0)
-      close(probe);
-    return 1;
-  }
-  now = uvtw_wheel_now(s->wheel);
-  if (now >= s->fd_burst_end)
-    fprintf(stderr,
-            "http_server: out of descriptors (%s): accepting paused (fd_exhausted=%" PRIu64 ")\n",
-            strerror(errno), ++s->counters.fd_exhausted);
-  s->fd_burst_end = now + FD_BURST_MS;
-  return 0;
-}
-
-/* Takes the connection waiting in the listener. Without memory or a spare
- * descriptor for it, the connection stays in the listener (libuv stops
- * polling it meanwhile, so nothing spins and nothing is dropped) and the
- * accept is tried again a little later. */
-static void accept_one(http_server_t *s) {
-  int fds = descriptor_left(s);
-  conn_t *c = fds ? accept_alloc(s) : NULL;
-  if (c == NULL) {
-    s->counters.accept_nomem += (uint64_t)fds;
-    s->accept_waiting = 1;
-    if (!uvtw_timer_is_active(&s->accept_retry_timer))
-      uvtw_timer_start(&s->accept_retry_timer, on_accept_retry, ACCEPT_RETRY_MS, 0);
-    return;
-  }
-  s->accept_waiting = 0;
-  conn_open(s, c, -1);
-}
-
-/* At shutdown, before the listener closes: takes every connection still in
- * its backlog, whose clients connected, and may have sent a request, while
- * the loop was busy; closing the listener would reset them. One whose
- * request cannot be served for want of memory counts in drain_dropped. */
-static void accept_backlog(http_server_t *s) {
-  uv_os_fd_t listen_fd;
-  int fd;
-  if (s->accept_waiting)
-    accept_one(s); /* the one libuv took from the backlog already */
-  if (uv_fileno((uv_handle_t *)&s->listener, &listen_fd) != 0)
-    return;
-  while ((fd = accept(listen_fd, NULL, NULL)) >= 0) {
-    conn_t *c = accept_alloc(s);
-    if (c != NULL) {
-      conn_open(s, c, fd);
-      continue;
+/* Accepts what waits in the backlog. A connection accepted without memory
+ * for it waits in waiting_fd; at the shutdown (`draining`) it is closed
+ * instead, counted in drain_dropped if its request arrived. Returns 0 once
+ * the backlog is empty, -1 if accepting must pause. */
+static int accept_pending(http_server_t *s, int draining) {
+  for (;;) {
+    conn_t *c;
+    if (s->waiting_fd < 0 && (s->waiting_fd = accept(s->listen_fd, NULL, NULL)) < 0) {
+      if (errno == EMFILE || errno == ENFILE) {
+        out_of_descriptors(s, errno);
+        return -1;
+      }
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+        return 0;
+      if (s->counters.accept_errors++ == 0) /* ENOBUFS, ENOMEM...: tried again later */
+        fprintf(stderr, "http_server: accept: %s (counted in accept_errors)\n", strerror(errno));
+      return -1;
     }
-    s->counters.accept_nomem++;
-    s->counters.drain_dropped += fd_bytes_waiting(fd);
-    close(fd);
+    c = accept_alloc(s);
+    if (c == NULL) {
+      s->counters.accept_nomem++;
+      if (!draining)
+        return -1;
+      s->counters.drain_dropped += fd_bytes_waiting(s->waiting_fd);
+      close(s->waiting_fd);
+    } else {
+      conn_open(s, c, s->waiting_fd);
+      if (!draining && s->watch.paused > 0)
+        loop_watch_wake(&s->watch); /* the lag is sampled while there is work */
+    }
+    s->waiting_fd = -1;
   }
 }
 
 static void on_accept_retry(uvtw_timer_t *timer) {
   http_server_t *s = timer->data;
-  if (s->accept_waiting && !s->shutting_down)
-    accept_one(s);
+  if (s->shutting_down)
+    return;
+  uv_poll_start(&s->listener, UV_READABLE, on_listener_readable);
+  if (accept_pending(s, 0) != 0)
+    accept_pause(s);
 }
 
-static void on_connection(uv_stream_t *listener, int status) {
-  http_server_t *s = listener->data;
-  if (status < 0) {
-    /* EMFILE/ENFILE: libuv has already taken the connection and closed it
-     * (its reserve descriptor), so the listener is clear. */
-    if (s->counters.accept_errors++ == 0)
-      fprintf(stderr, "http_server: accept: %s (counted in accept_errors)\n", uv_strerror(status));
-    return;
-  }
-  accept_one(s);
+static void on_listener_readable(uv_poll_t *handle, int status, int events) {
+  http_server_t *s = handle->data;
+  (void)events;
+  if (status < 0 || accept_pending(s, 0) != 0)
+    accept_pause(s);
 }
 
 /* ---- Shutdown --------------------------------------------------------------- */
@@ -187,8 +161,16 @@ void http_server_shutdown(http_server_t *s) {
   if (s->shutting_down)
     return;
   s->shutting_down = 1;
-  accept_backlog(s);
-  uv_close((uv_handle_t *)&s->listener, NULL);
+  if (s->listen_fd >= 0) {
+    /* Takes every connection still in the backlog, whose clients connected,
+     * and may have sent a request, while the loop was busy: closing the
+     * listener would reset them. */
+    accept_pending(s, 1);
+    uv_close((uv_handle_t *)&s->listener, NULL); /* stops polling at once */
+    close(s->listen_fd);
+  }
+  if (s->waiting_fd >= 0)
+    close(s->waiting_fd); /* out of descriptors: what accept_pending left */
   uvtw_timer_stop(&s->accept_retry_timer);
   loop_watch_stop(&s->watch); /* it watches a server that takes no new requests */
   /* Idle connections close, but not one whose next request has reached
@@ -234,33 +216,38 @@ void http_server_config_init(http_server_config_t *c) {
   c->listen_fd = -1;
 }
 
-/* Binds host:port, or opens the socket given, then listens. */
+/* Binds host:port, or takes the socket given, then listens. */
 static int listen_on(http_server_t *s) {
   struct sockaddr_storage addr;
-  int namelen = sizeof addr;
-  int r;
-  if (s->config.listen_fd >= 0) {
-    r = uv_tcp_open(&s->listener, (uv_os_sock_t)s->config.listen_fd);
-    if (r != 0)
-      close(s->config.listen_fd); /* the server owns it, failure included */
-  } else {
+  socklen_t namelen = sizeof addr;
+  int r = 0, one = 1, fd = s->config.listen_fd;
+  if (fd < 0) {
     if (strchr(s->config.host, ':') != NULL)
       r = uv_ip6_addr(s->config.host, s->config.port, (struct sockaddr_in6 *)&addr);
     else
       r = uv_ip4_addr(s->config.host, s->config.port, (struct sockaddr_in *)&addr);
-    if (r == 0)
-      r = uv_tcp_bind(&s->listener, (const struct sockaddr *)&addr, 0);
+    if (r == 0 && ((fd = socket(addr.ss_family, SOCK_STREAM, 0)) < 0 ||
+                   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+                   bind(fd, (struct sockaddr *)&addr,
+                        addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                   : sizeof(struct sockaddr_in)) != 0))
+      r = uv_translate_sys_error(errno);
   }
-  s->listener.data = s;
-  if (r == 0)
-    r = uv_listen((uv_stream_t *)&s->listener, 4096, on_connection);
-  if (r == 0)
-    r = uv_tcp_getsockname(&s->listener, (struct sockaddr *)&addr, &namelen);
+  if (r == 0 && (ioctl(fd, FIONBIO, &one) != 0 || listen(fd, 4096) != 0 ||
+                 getsockname(fd, (struct sockaddr *)&addr, &namelen) != 0))
+    r = uv_translate_sys_error(errno);
+  if (r == 0 && (r = uv_poll_init_socket(s->loop, &s->listener, fd)) == 0 &&
+      (r = uv_poll_start(&s->listener, UV_READABLE, on_listener_readable)) != 0)
+    uv_close((uv_handle_t *)&s->listener, NULL);
   if (r != 0) {
     fprintf(stderr, "http_server: cannot listen on %s:%d: %s\n", s->config.host, s->config.port,
             uv_strerror(r));
+    if (fd >= 0)
+      close(fd); /* the server owns it, failure included */
     return r;
   }
+  s->listen_fd = fd;
+  s->listener.data = s;
   if (addr.ss_family == AF_INET6)
     s->listening_port = ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
   else
@@ -303,10 +290,10 @@ int http_server_start(http_server_t **server, uv_loop_t *loop, const http_server
   manual = wheel_options != NULL && wheel_options->manual_clock;
   loop_watch_start(&s->watch, s->wheel, config->max_loop_delay,
                    config->max_loop_delay > 0 || (config->sample_loop && !manual),
-                   &s->counters.shedding);
+                   &s->counters.shedding, &s->counters.open);
   s->handle_request = routes_handle;
   s->released = maybe_finish_shutdown;
-  uv_tcp_init(loop, &s->listener);
+  s->listen_fd = s->waiting_fd = -1;
   *server = s;
   r = listen_on(s);
   if (r != 0)

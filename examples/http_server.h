@@ -14,6 +14,7 @@
 
 #include "uvtw.h" /* first: under -std=c11 it asks for the POSIX that uv.h needs */
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,11 +28,19 @@ typedef struct http_server_config_s {
   uint64_t keep_alive_timeout_buffer; /* ms; Node's keepAliveTimeoutBuffer */
   uint64_t send_timeout;              /* ms a queued answer may wait for the client */
   uint64_t shutdown_grace;            /* ms left to requests in flight at shutdown */
-  uint64_t max_header_size; /* bytes of the head on the wire, and of a body's framing; 431 beyond */
+  uint64_t max_header_size;   /* bytes of the head (431 beyond), then of a body's chunk extensions
+                                 and trailers with it (413 beyond) */
   uint64_t max_headers_count; /* 431 beyond */
   uint64_t max_body_size;     /* bytes, at most UINT32_MAX; 413 beyond */
   uint64_t max_conn_buffered; /* bytes of answers a client leaves unread; cut beyond */
-  uint64_t max_buffered; /* bytes the server holds for all; beyond, a client not reading is cut */
+  uint64_t max_buffered;      /* bytes the server holds for all (a quarter at most for pipelined
+                                 requests); beyond, the client holding the most is cut */
+  /* 0 (the default): a client's EOF while its request is pending ends it,
+   * as in nginx and Node: the work is cancelled, the connection closed
+   * without a byte more (closed_client_gone); answers already queued are
+   * still sent. 1: a client that half-closes gets every answer it asked
+   * for, bounded only by the timeouts. */
+  int allow_half_open;
   /* Tests and benchmarks only: GET /spin?ms=N (blocks the loop) and GET
    * /bytes?n=N (large answers) are answered, and fail_accept_allocs holds. */
   int bench_routes;
@@ -41,7 +50,7 @@ typedef struct http_server_config_s {
    * while above, answers new requests (all but GET /stats and /metrics)
    * with 503, Retry-After and Connection: close (http_loop_watch.c). */
   uint64_t max_loop_delay;
-  /* 1 (the default): sample the loop every 10 ms, so that /stats and
+  /* 1 (the default): sample the loop every 10 ms while a connection is open, so that /stats and
    * /metrics show the lag of a quiet server. Ignored on a manual clock,
    * where time moves only when a test says (max_loop_delay samples still). */
   int sample_loop;
@@ -59,6 +68,11 @@ typedef struct http_server_config_s {
    * program running several servers answers for all of them. */
   http_server_stats_t *(*gather)(http_server_t *server, void *arg, unsigned *count);
   void *stats_arg;
+  /* NULL: the server keeps its own. Else shared by the servers of one
+   * process, whose descriptors they share: when a burst of running out of
+   * them ends (uv_hrtime in ms), so that a burst is counted and logged once,
+   * by the server that saw it begin. */
+  _Atomic uint64_t *fd_burst_end;
 } http_server_config_t;
 
 enum http_close_reason {
@@ -73,7 +87,10 @@ enum http_close_reason {
   CLOSE_SHUTDOWN,      /* SIGINT/SIGTERM, http_server_shutdown */
   CLOSE_SHED,          /* a 503 while the loop lags (max_loop_delay) */
   CLOSE_UNAVAILABLE,   /* another 503: /delay could not be scheduled */
-  CLOSE_SLOW_READER,   /* answers queued beyond max_conn_buffered or max_buffered */
+  CLOSE_SLOW_READER,   /* answers queued beyond max_conn_buffered, or held the most beyond
+                          max_buffered */
+  CLOSE_READ_AHEAD,    /* held the most pipelined bytes beyond a quarter of max_buffered */
+  CLOSE_CLIENT_GONE,   /* EOF while a request was pending (not allow_half_open) */
   CLOSE_REASONS
 };
 
@@ -154,11 +171,13 @@ void http_server_stats(const http_server_t *server, http_server_stats_t *stats);
  * second for the last-second window). */
 void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *more);
 
-/* The /stats line (no newline), with the server's configuration: of its
- * own stats (each NULL), or of the sum of `count` servers' stats followed by
- * workers=N and worker_accepted=A,B,... Returns its length, less than size. */
+/* The /stats key=value pairs (no final newline), with the server's
+ * configuration: of its own stats (each NULL), or of the sum of `count`
+ * servers' stats followed by workers=N and worker_accepted=A,B,... On one
+ * line, or with `lines` one a line under "# " headings (GET /stats).
+ * Returns its length, less than size. */
 size_t http_server_format_stats(const http_server_t *server, const http_server_stats_t *each,
-                                unsigned count, char *out, size_t size);
+                                unsigned count, int lines, char *out, size_t size);
 
 /* GET /metrics (http_stats.c): the Prometheus text exposition format,
  * version 0.0.4, of `count` servers' stats, each series labelled

@@ -31,13 +31,21 @@ static const char *const usage_text[] = {
     "                              a client that waits the advertised time never races the close\n"
     "  --send-timeout MS           a queued response must be taken by the client within MS\n"
     "                              (default 30000); then the connection closes\n"
-    "  --max-header-size BYTES     Node's --max-http-header-size (default 16384): 431 beyond\n"
+    "  --max-header-size BYTES     Node's --max-http-header-size (default 16384): 431 beyond;\n"
+    "                              a chunked body's extensions and trailers count too (413)\n"
     "  --max-headers-count N       Node's maxHeadersCount (default 2000): 431 beyond\n"
     "  --max-body-size BYTES       413 beyond, 417 to 'Expect: 100-continue' (default 1048576)\n"
     "  --max-conn-buffered BYTES   answers a client may leave unread (default 2097152); beyond,\n"
     "                              it is cut (closed_slow_reader)\n"
-    "  --max-buffered BYTES        bytes the server holds for all clients (default 67108864);\n"
-    "                              beyond, a client that leaves an answer unread is cut\n"
+    "  --max-buffered BYTES        bytes the server holds for all clients (default 67108864):\n"
+    "                              answers unread and requests pipelined (64 KiB a client, a\n"
+    "                              quarter of BYTES in all); beyond, the client holding the most\n"
+    "                              is cut (closed_slow_reader, closed_read_ahead)\n"
+    "  --allow-half-open           a client that half-closes (EOF) still gets every answer it\n"
+    "                              asked for, bounded by the timeouts above; without it (as\n"
+    "                              nginx and Node), its EOF ends a pending request: its work is\n"
+    "                              cancelled and the connection closed, no byte written\n"
+    "                              (closed_client_gone); an answer already queued is sent\n"
     "  --shutdown-grace MS         after SIGTERM/SIGINT, time left to in-flight requests\n"
     "                              (default 10000)\n"
     "  --max-loop-delay MS         shed load when the loop lags (default 0: off): once a second\n"
@@ -57,8 +65,9 @@ static const char *const usage_text[] = {
     "Routes: GET|HEAD / (hello), /delay?ms=N (answer after N ms, from\n"
     "the thread pool via uvtw_schedule), with --bench-routes /bytes?n=N (N bytes, N <= 1048576)\n"
     "and /spin?ms=N (blocks the loop N ms, N <= 10000, as a CPU-bound handler does), /stats "
-    "(counters of\n"
-    "every worker summed, with the lateness p50, p99 and max of the last second and since\n"
+    "(one key=value a\n"
+    "line under # headings: counters of every worker summed, with the lateness p50, p99 and max of "
+    "the last second and since\n"
     "start, then workers=N and worker_accepted=A,B,...), /metrics (the Prometheus text format:\n"
     "the lateness histogram, counters and gauges, per worker); POST /upload (counts the body).\n"
     "Signals: the first SIGTERM/SIGINT makes every worker stop accepting, close idle\n"
@@ -66,8 +75,7 @@ static const char *const usage_text[] = {
     "when all are done or the grace period is over, printing what it dropped; a second one\n"
     "exits at once (128+signal).\n"
     "Differences from Node's http.Server: a CONNECT gets 405 and a clean close (Node\n"
-    "destroys the socket without a reply); a client that half-closes still gets\n"
-    "every response it asked for (Node drops them); a client that does not read its responses\n"
+    "destroys the socket without a reply); a client that does not read its responses\n"
     "is closed after --send-timeout (Node keeps it forever); more than maxHeadersCount headers\n"
     "get 431 (Node drops the extra headers); a body above --max-body-size gets 413 (Node has\n"
     "no limit); the shutdown grace period (Node's server.close() waits without limit).\n"};
@@ -130,6 +138,9 @@ static void parse_args(int argc, char **argv, http_server_config_t *config,
       config->retry_after = parse_number(v);
       if (config->retry_after > UINT32_MAX)
         usage(2);
+    } else if (strcmp(a, "--allow-half-open") == 0) {
+      config->allow_half_open = 1;
+      i--; /* takes no value */
     } else if (strcmp(a, "--bench-routes") == 0) {
       config->bench_routes = 1;
       i--; /* takes no value */

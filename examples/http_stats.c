@@ -19,7 +19,7 @@
  * counters, the server's requests by status class, open connections,
  * timeouts by kind and shed requests, and the process's memory and
  * descriptors under the names Prometheus's own client libraries use. */
-#include "http_conn.h" /* first: uvtw.h asks for the POSIX uv.h needs */
+#include "http_server_impl.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 
 #include <dirent.h>
 #include <inttypes.h>
@@ -81,6 +81,8 @@ static const field_t counter_fields[] = {
     C_AS("closed_shed", closed[CLOSE_SHED]),
     C_AS("closed_unavailable", closed[CLOSE_UNAVAILABLE]),
     C_AS("closed_slow_reader", closed[CLOSE_SLOW_READER]),
+    C_AS("closed_read_ahead", closed[CLOSE_READ_AHEAD]),
+    C_AS("closed_client_gone", closed[CLOSE_CLIENT_GONE]),
     C_AS("received_bytes", received),
     C(headers_timeouts),
     C(request_timeouts),
@@ -192,15 +194,23 @@ static void put(line_t *l, const char *format, ...) {
     l->len += (size_t)n;
 }
 
-static void put_fields(line_t *l, const field_t *fields, size_t count, const void *base) {
+static void put_fields(line_t *l, const char *sep, const field_t *fields, size_t count,
+                       const void *base) {
   for (size_t i = 0; i < count; i++)
     if (fields[i].key != NULL)
-      put(l, " %s=%" PRIu64, fields[i].key, value_at(base, fields[i].offset));
+      put(l, "%s%s=%" PRIu64, sep, fields[i].key, value_at(base, fields[i].offset));
+}
+
+/* A group's heading, on a page of one key=value a line. */
+static void heading(line_t *l, int lines, const char *title) {
+  if (lines)
+    put(l, "%s# %s", l->len > 0 ? "\n" : "", title);
 }
 
 size_t http_server_format_stats(const http_server_t *s, const http_server_stats_t *each,
-                                unsigned count, char *out, size_t size) {
+                                unsigned count, int lines, char *out, size_t size) {
   const http_server_config_t *config = &s->config;
+  const char *sep = lines ? "\n" : " ";
   http_server_stats_t sum;
   const uvtw_stats_t *ws = &sum.wheel, *end = &sum.second_end, *start = &sum.second_start;
   line_t l = {out, size, 0};
@@ -212,29 +222,36 @@ size_t http_server_format_stats(const http_server_t *s, const http_server_stats_
     for (unsigned i = 0; i < count; i++)
       http_server_stats_add(&sum, &each[i]);
   }
-  put(&l, "timers=%s parser=llhttp-%d.%d.%d", http_timer_name, LLHTTP_VERSION_MAJOR,
-      LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH);
+  heading(&l, lines, "configuration");
+  put(&l, "%stimers=%s%sparser=llhttp-%d.%d.%d", lines ? "\n" : "", http_timer_name, sep,
+      LLHTTP_VERSION_MAJOR, LLHTTP_VERSION_MINOR, LLHTTP_VERSION_PATCH);
   put(&l,
-      " headers_timeout_ms=%" PRIu64 " request_timeout_ms=%" PRIu64
-      " keep_alive_timeout_ms=%" PRIu64 " keep_alive_timeout_buffer_ms=%" PRIu64
-      " send_timeout_ms=%" PRIu64 " max_loop_delay_ms=%" PRIu64 " retry_after_s=%" PRIu64,
-      config->headers_timeout, config->request_timeout, config->keep_alive_timeout,
-      config->keep_alive_timeout_buffer, config->send_timeout, config->max_loop_delay,
-      config->retry_after);
-  put_fields(&l, counter_fields, LENGTH(counter_fields), &sum.counters);
-  put(&l, " conn_bytes=%zu timer_bytes=%zu rss_kib=%lld", conn_bytes(), http_timer_size,
-      rss_bytes() < 0 ? -1 : rss_bytes() / 1024);
-  put_fields(&l, wheel_fields, LENGTH(wheel_fields), ws);
+      "%sheaders_timeout_ms=%" PRIu64 "%srequest_timeout_ms=%" PRIu64
+      "%skeep_alive_timeout_ms=%" PRIu64 "%skeep_alive_timeout_buffer_ms=%" PRIu64
+      "%ssend_timeout_ms=%" PRIu64 "%smax_loop_delay_ms=%" PRIu64 "%sretry_after_s=%" PRIu64,
+      sep, config->headers_timeout, sep, config->request_timeout, sep, config->keep_alive_timeout,
+      sep, config->keep_alive_timeout_buffer, sep, config->send_timeout, sep,
+      config->max_loop_delay, sep, config->retry_after);
+  heading(&l, lines, "connections, requests, closes, timeouts, /delay (counters)");
+  put_fields(&l, sep, counter_fields, LENGTH(counter_fields), &sum.counters);
+  heading(&l, lines, "memory");
+  put(&l, "%sconn_bytes=%zu%stimer_bytes=%zu%srss_kib=%lld", sep, sizeof(conn_t), sep,
+      sizeof(http_timer_t), sep, rss_bytes() < 0 ? -1 : rss_bytes() / 1024);
+  heading(&l, lines, "the wheel");
+  put_fields(&l, sep, wheel_fields, LENGTH(wheel_fields), ws);
+  heading(&l, lines, "lateness: the last second, then since the start");
   put(&l,
-      " wheel_late_1s_p50_ms=%s wheel_late_1s_p99_ms=%s wheel_late_1s_max_ms=%s"
-      " wheel_late_p50_ms=%s wheel_late_p99_ms=%s",
-      late_quantile(end, start, 0.5, q[0], sizeof q[0]),
-      late_quantile(end, start, 0.99, q[1], sizeof q[1]),
-      late_quantile(end, start, 1, q[2], sizeof q[2]),
-      late_quantile(ws, NULL, 0.5, q[3], sizeof q[3]),
+      "%swheel_late_1s_p50_ms=%s%swheel_late_1s_p99_ms=%s%swheel_late_1s_max_ms=%s"
+      "%swheel_late_p50_ms=%s%swheel_late_p99_ms=%s",
+      sep, late_quantile(end, start, 0.5, q[0], sizeof q[0]), sep,
+      late_quantile(end, start, 0.99, q[1], sizeof q[1]), sep,
+      late_quantile(end, start, 1, q[2], sizeof q[2]), sep,
+      late_quantile(ws, NULL, 0.5, q[3], sizeof q[3]), sep,
       late_quantile(ws, NULL, 0.99, q[4], sizeof q[4]));
-  if (each != NULL)
-    put(&l, " workers=%u worker_accepted=", count);
+  if (each != NULL) {
+    heading(&l, lines, "workers");
+    put(&l, "%sworkers=%u%sworker_accepted=", sep, count, sep);
+  }
   for (unsigned i = 0; each != NULL && i < count; i++)
     put(&l, i == 0 ? "%" PRIu64 : ",%" PRIu64, each[i].counters.accepted);
   return l.len < size ? l.len : size - 1;

@@ -5,8 +5,8 @@
  * rest of the server is the same for both.
  *
  * A timer is one-shot; its callback gets the timer, and the timer's data.
- * The variant defines struct http_timer_s: a connection keeps its timers in
- * the http_timer_size bytes each after its own struct (http_conn.c). */
+ * The one seam is here: Meson compiles the server with HTTP_TIMER_UV for
+ * the second, and a connection holds its timers as plain members. */
 #ifndef UVTW_EXAMPLES_HTTP_TIMER_H
 #define UVTW_EXAMPLES_HTTP_TIMER_H
 
@@ -20,8 +20,17 @@
 typedef struct http_timer_s http_timer_t;
 typedef void (*http_timer_cb)(http_timer_t *timer);
 
+struct http_timer_s {
+#ifdef HTTP_TIMER_UV
+  uv_timer_t timer;
+  uint64_t deadline; /* on the loop's clock, the wheel's too (no manual clock) */
+#else
+  uvtw_timer_t timer;
+#endif
+  http_timer_cb cb;
+};
+
 extern const char http_timer_name[]; /* "uvtw" or "uv_timer", for /stats */
-extern const size_t http_timer_size; /* bytes of one timer, aligned as max_align_t */
 
 /* 0, or UV_ENOTSUP where the variant cannot run on the wheel's clock (a
  * uv_timer_t counts on the loop's, not on a manual one). */

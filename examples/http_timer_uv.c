@@ -2,19 +2,9 @@
  * for the benchmark's comparison with the wheel. libuv keeps no statistics
  * of its timers, so each remembers the deadline it was armed for, and its
  * callback measures against it what the wheel measures for its own. */
-#include <stdalign.h>
-
 #include "http_timer.h"
 
-struct http_timer_s {
-  uv_timer_t timer;
-  http_timer_cb cb;
-  uint64_t deadline; /* on the loop's clock, the wheel's too (no manual clock) */
-};
-
 const char http_timer_name[] = "uv_timer";
-const size_t http_timer_size =
-    (sizeof(http_timer_t) + alignof(max_align_t) - 1) / alignof(max_align_t) * alignof(max_align_t);
 
 int http_timer_check(const uvtw_options_t *wheel_options) {
   return wheel_options != NULL && wheel_options->manual_clock ? UV_ENOTSUP : 0;

@@ -1,18 +1,9 @@
 /* http_timer_uvtw: each connection timer is a timer on the server's wheel
  * (see http_timer.h). The wheel measures its own lateness and never fires
  * early (uvtw.h), so nothing is measured here. */
-#include <stdalign.h>
-
 #include "http_timer.h"
 
-struct http_timer_s {
-  uvtw_timer_t timer;
-  http_timer_cb cb;
-};
-
 const char http_timer_name[] = "uvtw";
-const size_t http_timer_size =
-    (sizeof(http_timer_t) + alignof(max_align_t) - 1) / alignof(max_align_t) * alignof(max_align_t);
 
 int http_timer_check(const uvtw_options_t *wheel_options) {
   (void)wheel_options;

@@ -58,6 +58,7 @@ struct workers_s {
   int signals; /* received so far */
   int exit_status;
   uint64_t drain_started_ns, drain_ended_ns;
+  _Atomic uint64_t fd_burst_end; /* the workers' descriptors are the process's */
 };
 
 /* ---- Listening sockets ------------------------------------------------------- */
@@ -197,6 +198,7 @@ static int worker_init(workers_t *all, worker_t *w, const http_server_config_t *
   w->config.listen_fd = fd;
   w->config.gather = gather;
   w->config.stats_arg = w;
+  w->config.fd_burst_end = &all->fd_burst_end;
   r = uv_loop_init(&w->loop);
   if (r != 0)
     return r;
@@ -276,7 +278,7 @@ static void print_final(workers_t *all) {
          " connections with a request in flight, after %" PRIu64 " ms\n",
          sum.counters.drain_answered, sum.counters.drain_dropped,
          (all->drain_ended_ns - all->drain_started_ns) / 1000000);
-  http_server_format_stats(all->worker[0].server, each, count, line, sizeof line);
+  http_server_format_stats(all->worker[0].server, each, count, 0, line, sizeof line);
   free(each);
   printf("stats %s\n", line);
   fflush(stdout);

@@ -166,7 +166,7 @@ long long lg_stat(const char *line, const char *key) {
   size_t klen = strlen(key);
   const char *p = line;
   while (p != NULL && (p = strstr(p, key)) != NULL) {
-    if ((p == line || p[-1] == ' ') && p[klen] == '=')
+    if ((p == line || p[-1] == ' ' || p[-1] == '\n') && p[klen] == '=')
       return atoll(p + klen + 1);
     p += klen;
   }

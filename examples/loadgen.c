@@ -41,7 +41,7 @@ struct lg_client_s {
   uint32_t rlen;
   uint64_t t_connect, t_connected, t_sent, t_response;
   char path[48];
-  char rbuf[1536];
+  char rbuf[3072];
 };
 
 static uint64_t rng_next(lg_t *lg) {
@@ -226,7 +226,7 @@ static void on_response(lg_client_t *c, int status, const char *body, size_t bod
   lg_t *lg = c->lg;
   c->t_response = uv_hrtime();
   if (c->is_fetch) {
-    char line[1400];
+    char line[4096];
     size_t n = body_len < sizeof line - 1 ? body_len : sizeof line - 1;
     memcpy(line, body, n);
     line[n] = '\0';

@@ -46,8 +46,15 @@
 static uv_loop_t *loop;
 static const char *server_exe;
 
-static void stats_diag(const char *what, const char *line) {
-  tap_diag("%s: %s", what, line != NULL ? line : "(none)");
+/* The /stats page on one line (its lines joined with spaces). */
+static void stats_diag(const char *what, const char *page) {
+  char line[4096];
+  size_t i;
+  snprintf(line, sizeof line, "%s", page != NULL ? page : "(none)");
+  for (i = 0; line[i] != '\0'; i++)
+    if (line[i] == '\n')
+      line[i] = ' ';
+  tap_diag("%s: %s", what, line);
 }
 
 /* Checks that every client of `kind` was closed by the server `timeout_ms`
@@ -81,7 +88,7 @@ static void part_mixed(void) {
   static const uint32_t count[LG_KINDS] = {
       [LG_GOOD] = GOOD,           [LG_IDLE] = IDLE,           [LG_SILENT] = SILENT,
       [LG_SLOWLORIS] = SLOWLORIS, [LG_SLOW_BODY] = SLOW_BODY, [LG_DELAY_ABORT] = ABORT};
-  char after_stats[2048];
+  char after_stats[4096];
   lg_server_t server;
   lg_config_t config;
   lg_t lg, fetch;
@@ -172,7 +179,7 @@ static void part_mixed(void) {
 #define MANY 10000
 #define FDS_NEEDED (MANY + 200)
 
-static char held_stats[2048];
+static char held_stats[4096];
 static int held_fetched;
 static double all_answered_ms;
 

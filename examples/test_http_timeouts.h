@@ -302,7 +302,7 @@ static int server_start(const http_server_config_t *config, int manual) {
 static void server_stop(const char *T, int exact) {
   char line[4096];
   http_server_stats_t stats;
-  http_server_format_stats(server, NULL, 0, line, sizeof line);
+  http_server_format_stats(server, NULL, 0, 0, line, sizeof line);
   tap_diag("  server: %s", line);
   http_server_stats(server, &stats); /* the wheel's, its last ones once it closed */
   wheel_late_max_ms = stats.wheel.late_max_ms;

@@ -25,6 +25,12 @@ typedef struct wheel_node_s {
   uint64_t seq; /* start order, for FIFO among equal deadlines */
 } wheel_node_t;
 
+/* An entry's start order and address, copied to sort a slot (wheel.c). */
+typedef struct wheel_pair_s {
+  uint64_t seq;
+  wheel_node_t *node;
+} wheel_pair_t;
+
 typedef struct wheel_s {
   uint64_t now;      /* the wheel's time: every pending deadline is >= now */
   uint64_t count;    /* entries in slots or in the expired list */
@@ -39,6 +45,11 @@ typedef struct wheel_s {
   /* A second walk along the expired list, from its tail towards the front
    * (see pop_expired): an entry of the list, or `expired` when none runs. */
   wheel_node_t *ahead;
+  /* Where a level-0 slot is sorted: 2 x scratch_size pairs, grown to the
+   * largest slot sorted so far, never beyond scratch_max pairs (the tests
+   * lower it to take the merge sort). */
+  wheel_pair_t *scratch;
+  size_t scratch_size, scratch_max;
   /* Every slot in time order: level 0's, then each upper level's. Circular
    * lists with the head as sentinel; a head's `deadline` is a lower bound
    * of its entries' deadlines (exact until one is removed). */
@@ -84,6 +95,9 @@ static inline uint64_t wheel_slot_start(uint64_t now, unsigned index) {
 }
 
 void uvtw__wheel_init(wheel_t *w, uint64_t now);
+
+/* Frees the scratch array; the wheel may be used again. */
+void uvtw__wheel_fini(wheel_t *w);
 
 /* Circular lists with the head as sentinel. */
 static inline void list_init(wheel_node_t *head) {

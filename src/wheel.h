@@ -45,15 +45,16 @@ typedef struct wheel_s {
   /* A second walk along the expired list, from its tail towards the front
    * (see pop_expired): an entry of the list, or `expired` when none runs. */
   wheel_node_t *ahead;
-  /* Where a level-0 slot is sorted: 2 x scratch_size pairs, grown to the
-   * largest slot sorted so far, never beyond scratch_max pairs (the tests
-   * lower it to take the merge sort). */
-  wheel_pair_t *scratch;
-  size_t scratch_size, scratch_max;
   /* Every slot in time order: level 0's, then each upper level's. Circular
    * lists with the head as sentinel; a head's `deadline` is a lower bound
    * of its entries' deadlines (exact until one is removed). */
   wheel_node_t slots[WHEEL_SLOT_COUNT];
+  /* Where a level-0 slot is sorted: 2 x scratch_size pairs, grown to the
+   * largest slot sorted so far, never beyond scratch_max pairs (the tests
+   * lower it to take the merge sort). After the slots, so that the fields
+   * every start and stop touches keep their places. */
+  wheel_pair_t *scratch;
+  size_t scratch_size, scratch_max;
 } wheel_t;
 
 /* A level's digit starts at bit wheel_shift(level) and ends below

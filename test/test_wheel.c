@@ -46,6 +46,13 @@ static uint64_t rng_below(uint64_t n) {
   return rng() % n;
 }
 
+/* The first tick of one of the next two level-1 slots: entries filed or
+ * postponed there at different times share a deadline on level 1, where a
+ * postponed entry cascades behind entries started after it. */
+static uint64_t shared_deadline(uint64_t now) {
+  return ((now >> 12) + 1 + rng_below(2)) << 12;
+}
+
 /* A deadline relative to `now` that lands on any level, sometimes in the
  * past, sometimes saturated. */
 static uint64_t random_deadline(uint64_t now) {
@@ -56,8 +63,9 @@ static uint64_t random_deadline(uint64_t now) {
     return UINT64_MAX;
   case 2:
     return now + rng_below(4); /* equal deadlines, FIFO */
-  case 3:                      /* equal deadlines on level 1, cascaded together */
-    return ((now >> 12) + 1 + rng_below(3)) << 12 | rng_below(3);
+  case 3:
+  case 4:
+    return shared_deadline(now);
   default: {
     unsigned level = (unsigned)rng_below(8);
     uint64_t span = (uint64_t)1 << (6 * level + 6);
@@ -159,10 +167,10 @@ static void test_model(void) {
       run.inserts++;
     } else if (op < 45 && e->pending) { /* restart later: postponed if it can stay */
       uint64_t later = e->deadline + rng_below(op < 40 ? 64 : 100000);
-      if (op >= 43) /* to a deadline other entries share, maybe blocks away */
-        later = ((w.now >> 12) + 1 + rng_below(3)) << 12 | rng_below(3);
+      if (op >= 41) /* to a deadline other entries share, maybe blocks away */
+        later = shared_deadline(w.now);
       if (later < e->deadline)
-        later = op >= 43 ? e->deadline : UINT64_MAX;
+        later = op >= 41 ? e->deadline : UINT64_MAX;
       if (!uvtw__wheel_postpone(&w, &e->node, later)) {
         uvtw__wheel_remove(&w, &e->node);
         uvtw__wheel_insert(&w, &e->node, later);

@@ -78,6 +78,7 @@ ROWS = [
     ("server", "ns_stop", "server: stop (close), ns"),
     ("server", "ns_fire", "server: fire (idle cut), ns"),
     ("server", "late_p99_ms", "server: lateness p99, ms"),
+    ("server", "pass_work_max_ms", "server: longest pass's own work, ms"),
     ("server", "fifo_violations", "server: FIFO violations"),
 ]
 # The chart's panels: ns per operation against N.

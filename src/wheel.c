@@ -58,6 +58,7 @@
  */
 #include "wheel.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -78,6 +79,13 @@ void uvtw__wheel_init(wheel_t *w, uint64_t now) {
   w->ahead = &w->expired;
   for (unsigned index = 0; index < WHEEL_SLOT_COUNT; index++)
     list_init(&w->slots[index]);
+  w->scratch_max = SIZE_MAX / 2 / sizeof *w->scratch;
+}
+
+void uvtw__wheel_fini(wheel_t *w) {
+  free(w->scratch);
+  w->scratch = NULL;
+  w->scratch_size = 0;
 }
 
 /* Merges two chains (NULL-terminated, linked by `next`) in start order. */
@@ -93,12 +101,9 @@ static wheel_node_t *merge_by_seq(wheel_node_t *a, wheel_node_t *b) {
   return head.next;
 }
 
-/* A chain in start order: itself if it is (one walk), else merge sorted. */
+/* A chain merge sorted in start order. */
 static wheel_node_t *sort_by_seq(wheel_node_t *chain) {
-  wheel_node_t *node = chain;
-  while (node->next != NULL && node->seq <= node->next->seq)
-    node = node->next;
-  if (node->next == NULL)
+  if (chain->next == NULL)
     return chain;
   wheel_node_t *slow = chain, *fast = chain->next;
   while (fast != NULL && fast->next != NULL) {
@@ -110,16 +115,63 @@ static wheel_node_t *sort_by_seq(wheel_node_t *chain) {
   return merge_by_seq(sort_by_seq(chain), sort_by_seq(second));
 }
 
-/* Puts a slot's entries in start order. */
-static void sort_slot(wheel_node_t *head) {
-  head->prev->next = NULL;
-  wheel_node_t *node = sort_by_seq(head->next);
-  list_init(head);
-  while (node != NULL) {
-    wheel_node_t *next = node->next;
-    list_append(head, node);
-    node = next;
+/* Room for `count` pairs twice over in the scratch array; false if there
+ * is none (more than scratch_max, or no memory). */
+static bool scratch_for(wheel_t *w, size_t count) {
+  if (count <= w->scratch_size)
+    return true;
+  size_t size = count > 2 * w->scratch_size ? count : 2 * w->scratch_size;
+  wheel_pair_t *bigger =
+      size <= w->scratch_max ? realloc(w->scratch, 2 * size * sizeof *bigger) : NULL;
+  if (bigger == NULL)
+    return false;
+  w->scratch = bigger;
+  w->scratch_size = size;
+  return true;
+}
+
+/* Puts a slot's entries in start order. Through the scratch array: one
+ * walk copies each entry's start order and address, a radix sort of the
+ * copies (8 bits a round, as many rounds as the spread of start orders
+ * needs) runs in cache, and one walk of the array relinks the entries, whose
+ * stores do not wait for each other. A linked merge sort instead waits for
+ * a cache miss at each of its k log k steps. Without room for the array,
+ * the merge sort. */
+static void sort_slot(wheel_t *w, wheel_node_t *head) {
+  size_t count = 0;
+  uint64_t low = head->next->seq, spread = 0;
+  for (wheel_node_t *node = head->next; node != head; node = node->next) {
+    if (!scratch_for(w, count + 1)) {
+      head->prev->next = NULL;
+      node = sort_by_seq(head->next);
+      list_init(head);
+      for (wheel_node_t *next; node != NULL; node = next) {
+        next = node->next;
+        list_append(head, node);
+      }
+      return;
+    }
+    w->scratch[count++] = (wheel_pair_t){node->seq, node};
+    low = node->seq < low ? node->seq : low;
   }
+  wheel_pair_t *from = w->scratch, *to = w->scratch + w->scratch_size;
+  for (size_t i = 0; i < count; i++)
+    spread |= from[i].seq - low;
+  for (unsigned shift = 0; shift < 64 && spread >> shift != 0; shift += 8) {
+    size_t at[257] = {0};
+    for (size_t i = 0; i < count; i++)
+      at[1 + ((from[i].seq - low) >> shift & 255)]++;
+    for (unsigned digit = 0; digit < 256; digit++)
+      at[digit + 1] += at[digit];
+    for (size_t i = 0; i < count; i++)
+      to[at[(from[i].seq - low) >> shift & 255]++] = from[i];
+    wheel_pair_t *swap = from;
+    from = to;
+    to = swap;
+  }
+  list_init(head);
+  for (size_t i = 0; i < count; i++)
+    list_append(head, from[i].node);
 }
 
 /* The first occupied slot, which holds the earliest entries (slots are in
@@ -148,7 +200,7 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
       uint64_t bit = (uint64_t)1 << index % 64;
       if (w->unsorted[index / 64] & bit) {
         w->unsorted[index / 64] &= ~bit;
-        sort_slot(head);
+        sort_slot(w, head);
       }
       list_splice(&w->expired, head);
       continue;

@@ -25,6 +25,12 @@ typedef struct wheel_node_s {
   uint64_t seq; /* start order, for FIFO among equal deadlines */
 } wheel_node_t;
 
+/* An entry's start order and address, copied to sort a slot (wheel.c). */
+typedef struct wheel_pair_s {
+  uint64_t seq;
+  wheel_node_t *node;
+} wheel_pair_t;
+
 typedef struct wheel_s {
   uint64_t now;      /* the wheel's time: every pending deadline is >= now */
   uint64_t count;    /* entries in slots or in the expired list */
@@ -43,6 +49,12 @@ typedef struct wheel_s {
    * lists with the head as sentinel; a head's `deadline` is a lower bound
    * of its entries' deadlines (exact until one is removed). */
   wheel_node_t slots[WHEEL_SLOT_COUNT];
+  /* Where a level-0 slot is sorted: 2 x scratch_size pairs, grown to the
+   * largest slot sorted so far, never beyond scratch_max pairs (the tests
+   * lower it to take the merge sort). After the slots, so that the fields
+   * every start and stop touches keep their places. */
+  wheel_pair_t *scratch;
+  size_t scratch_size, scratch_max;
 } wheel_t;
 
 /* A level's digit starts at bit wheel_shift(level) and ends below
@@ -84,6 +96,9 @@ static inline uint64_t wheel_slot_start(uint64_t now, unsigned index) {
 }
 
 void uvtw__wheel_init(wheel_t *w, uint64_t now);
+
+/* Frees the scratch array; the wheel may be used again. */
+void uvtw__wheel_fini(wheel_t *w);
 
 /* Circular lists with the head as sentinel. */
 static inline void list_init(wheel_node_t *head) {

@@ -46,6 +46,13 @@ static uint64_t rng_below(uint64_t n) {
   return rng() % n;
 }
 
+/* The first tick of one of the next two level-1 slots: entries filed or
+ * postponed there at different times share a deadline on level 1, where a
+ * postponed entry cascades behind entries started after it. */
+static uint64_t shared_deadline(uint64_t now) {
+  return ((now >> 12) + 1 + rng_below(2)) << 12;
+}
+
 /* A deadline relative to `now` that lands on any level, sometimes in the
  * past, sometimes saturated. */
 static uint64_t random_deadline(uint64_t now) {
@@ -56,6 +63,9 @@ static uint64_t random_deadline(uint64_t now) {
     return UINT64_MAX;
   case 2:
     return now + rng_below(4); /* equal deadlines, FIFO */
+  case 3:
+  case 4:
+    return shared_deadline(now);
   default: {
     unsigned level = (unsigned)rng_below(8);
     uint64_t span = (uint64_t)1 << (6 * level + 6);
@@ -145,6 +155,8 @@ static void test_model(void) {
 
   memset(pool, 0, sizeof pool);
   uvtw__wheel_init(&w, rng_below(1u << 20));
+  if (rng_below(2) == 0) /* slots of more than 4 entries take the merge sort */
+    w.scratch_max = 4;
   for (uint64_t step = 0; step < steps; step++) {
     entry_t *e = &pool[rng_below(POOL)];
     unsigned op = (unsigned)rng_below(100);
@@ -155,8 +167,10 @@ static void test_model(void) {
       run.inserts++;
     } else if (op < 45 && e->pending) { /* restart later: postponed if it can stay */
       uint64_t later = e->deadline + rng_below(op < 40 ? 64 : 100000);
+      if (op >= 41) /* to a deadline other entries share, maybe blocks away */
+        later = shared_deadline(w.now);
       if (later < e->deadline)
-        later = UINT64_MAX;
+        later = op >= 41 ? e->deadline : UINT64_MAX;
       if (!uvtw__wheel_postpone(&w, &e->node, later)) {
         uvtw__wheel_remove(&w, &e->node);
         uvtw__wheel_insert(&w, &e->node, later);
@@ -203,6 +217,7 @@ static void test_model(void) {
   EXPECT_U64(run.failures, 0, "model: the wheel agrees with the reference at every step");
   tap_ok(run.fired > 0 && w.cascaded > 0 && run.postponed > 0,
          "model: the run expired, cascaded and postponed entries");
+  uvtw__wheel_fini(&w);
 }
 
 /* ---- targeted cases ------------------------------------------------------ */
@@ -257,13 +272,15 @@ static void test_fifo_postponed(void) {
 
 /* Entries postponed in random order to one tick reach their level-0 slot
  * in the order they were first filed: the slot is marked unsorted, and it
- * fires in the order of the postponements. */
-static void test_postponed_to_one_tick(void) {
+ * fires in the order of the postponements, sorted through the scratch array
+ * or, without room for it, by the merge sort. */
+static void postponed_to_one_tick(size_t scratch_max, const char *how) {
   enum { N = 1000 };
   static wheel_t w;
   static entry_t e[N];
   static unsigned order[N];
   uvtw__wheel_init(&w, 0);
+  w.scratch_max = scratch_max;
   for (unsigned i = 0; i < N; i++) {
     uvtw__wheel_insert(&w, &e[i].node, 8000); /* level 1 */
     order[i] = i;
@@ -276,17 +293,56 @@ static void test_postponed_to_one_tick(void) {
   int stayed = 0;
   for (unsigned i = 0; i < N; i++)
     stayed += uvtw__wheel_postpone(&w, &e[order[i]].node, 9000);
-  EXPECT_I64(stayed, N, "postponed to one tick: every entry stays on level 1");
+  EXPECT_I64(stayed, N, "postponed to one tick (%s): every entry stays on level 1", how);
   uvtw__wheel_expire(&w, 8999); /* cascades them to level 0 */
   tap_ok(uvtw__wheel_pop_expired(&w) == NULL && uvtw__wheel_check(&w) == NULL,
-         "postponed to one tick: none is due at 8999; the checker accepts the unsorted slot");
+         "postponed to one tick (%s): none is due at 8999; the checker accepts the unsorted slot",
+         how);
   uvtw__wheel_expire(&w, 9000);
   unsigned in_order = 0;
   for (wheel_node_t *node; (node = uvtw__wheel_pop_expired(&w)) != NULL; in_order++)
     if (node != &e[order[in_order]].node)
       break;
-  EXPECT_I64(in_order, N, "postponed to one tick: all fire at 9000, in postponement order");
-  tap_ok(uvtw__wheel_check(&w) == NULL, "postponed to one tick: the checker accepts the wheel");
+  EXPECT_I64(in_order, N, "postponed to one tick (%s): all fire at 9000, in postponement order",
+             how);
+  tap_ok(uvtw__wheel_check(&w) == NULL, "postponed to one tick (%s): the checker accepts the wheel",
+         how);
+  tap_ok(scratch_max < N ? w.scratch_size < N : w.scratch_size >= N,
+         "postponed to one tick (%s): the scratch array holds the slot only if it may", how);
+  uvtw__wheel_fini(&w);
+}
+
+static void test_postponed_to_one_tick(void) {
+  postponed_to_one_tick(SIZE_MAX / 2 / sizeof(wheel_pair_t), "scratch array");
+  postponed_to_one_tick(100, "merge sort");
+}
+
+/* An entry postponed to a deadline two level-1 slots on joins that slot
+ * when its own cascades, behind an entry started after it: the slot is out
+ * of start order in its middle, and the level-0 slot it cascades to must be
+ * marked unsorted by comparing each entry with the slot's tail (the head
+ * is older than both). */
+static void test_cascade_between(void) {
+  static wheel_t w;
+  entry_t p, d1, d2;
+  uvtw__wheel_init(&w, 0);
+  uvtw__wheel_insert(&w, &p.node, 4096 + 10);   /* level 1, slot of 4096 */
+  uvtw__wheel_insert(&w, &d1.node, 12288 + 10); /* level 1, slot of 12288 */
+  tap_ok(uvtw__wheel_postpone(&w, &p.node, 12288 + 10), "between: the postponed entry stays");
+  uvtw__wheel_insert(&w, &d2.node, 12288 + 10);
+  uvtw__wheel_expire(&w, 4096 + 10); /* p moves behind d2 */
+  tap_ok(uvtw__wheel_pop_expired(&w) == NULL, "between: nothing is due at 4106");
+  uvtw__wheel_expire(&w, 12288); /* d1, d2, p cascade to level 0 */
+  const char *broken = uvtw__wheel_check(&w);
+  if (!tap_ok(broken == NULL, "between: the checker accepts the cascaded slot"))
+    tap_diag("  reported: %s", broken);
+  uvtw__wheel_expire(&w, 12288 + 10);
+  wheel_node_t *first = uvtw__wheel_pop_expired(&w);
+  wheel_node_t *second = uvtw__wheel_pop_expired(&w);
+  wheel_node_t *third = uvtw__wheel_pop_expired(&w);
+  tap_ok(first == &d1.node && second == &p.node && third == &d2.node,
+         "between: they fire in start order, the postponed entry between the other two");
+  uvtw__wheel_fini(&w);
 }
 
 static void test_saturated(void) {
@@ -484,13 +540,10 @@ static void test_checker(void) {
 
 int main(int argc, char **argv) {
   static const tap_case_t cases[] = {
-      TAP_CASE(model),
-      TAP_CASE(fifo_across_levels),
-      TAP_CASE(fifo_postponed),
-      TAP_CASE(postponed_to_one_tick),
-      TAP_CASE(saturated),
-      TAP_CASE(remove_clears),
-      TAP_CASE(next_deadline_expired),
+      TAP_CASE(model),           TAP_CASE(fifo_across_levels),
+      TAP_CASE(fifo_postponed),  TAP_CASE(postponed_to_one_tick),
+      TAP_CASE(cascade_between), TAP_CASE(saturated),
+      TAP_CASE(remove_clears),   TAP_CASE(next_deadline_expired),
       TAP_CASE(checker),
   };
   const char *seed_env = getenv("UVTW_SEED");

@@ -341,7 +341,7 @@ static void act(actor_t *a) {
     operate(a->acts[i]);
   a->nacts = 0;
   if (!t.ending)
-    check_wheels(false);
+    check_wheels(true);
 }
 
 static void on_actor_timer(uv_timer_t *h) {

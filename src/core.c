@@ -204,20 +204,20 @@ static void run_pass(uvtw_wheel_t *w, uint64_t now) {
   uvtw__fire_expired(w);
 }
 
-/* After run_pass at `now` (ticks): pass_end, then arms the uv_timer_t for
- * the next pass; WAIT holds back the entries due at `now` (see the top of
- * this file). False if a callback closed the wheel. */
-static bool end_pass(uvtw_wheel_t *w, uint64_t now) {
+/* After run_pass: pass_end, then arms the uv_timer_t for the next pass;
+ * WAIT holds back the entries due by now (see the top of this file). False
+ * if a callback closed the wheel. */
+static bool end_pass(uvtw_wheel_t *w) {
   if (!w->pass_end(w))
     return false;
   enum arming to = w->flags & WHEEL_MANUAL ? ARM_IDLE : w->policy.after_pass;
-  set_arming(w, to, to == ARM_WAIT ? now : uvtw__wheel_next_deadline(&w->wheel));
+  set_arming(w, to, to == ARM_WAIT ? uvtw__now_ticks(w) : uvtw__wheel_next_deadline(&w->wheel));
   return true;
 }
 
 bool uvtw__pass(uvtw_wheel_t *w, uint64_t now) {
   run_pass(w, now);
-  return end_pass(w, now);
+  return end_pass(w);
 }
 
 static void on_timer(uv_timer_t *handle) {
@@ -238,7 +238,7 @@ static void on_timer(uv_timer_t *handle) {
   w->stats.wakeups++;
   run_pass(w, now);
   w->stats.wasted_wakeups += w->stats.fired == fired;
-  end_pass(w, now);
+  end_pass(w);
 }
 
 /* libuv < 1.48: the next iteration has begun; the next pass may come. */

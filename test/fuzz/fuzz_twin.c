@@ -52,8 +52,11 @@ typedef struct pair_s {
   bool sync;                 /* both were filed from the same time: compare */
   /* How the latest start was made (the header's exceptions): */
   bool due_in_wheel_cb; /* due at once, from inside a wheel's callback */
+  bool due_in_own_cb;   /* due at once, from inside its own wheel's callback */
   bool due_after_pass;  /* due at once, from a timer-phase callback after the wheel's pass */
   uint64_t seq;         /* start order of its latest filing */
+  uint64_t start_iter;  /* the iteration of its latest start */
+  uint64_t start_run;   /* and the uv_run it was in (a new one may begin with a timer phase) */
   bool fresh;           /* the wheel timer not started since its init (its wheel is new) */
 } pair_t;
 
@@ -85,11 +88,16 @@ static struct {
   uint64_t iter, run_iter;
   uint64_t wakeups_at_prepare[2]; /* each wheel's stats.wakeups at the last prepare */
   uint64_t updated_iter;          /* +1: iteration in which a timer-phase callback updated */
-  uint64_t held_iter[2]; /* +1: iteration of each wheel's latest due start after its pass */
-  int in_wheel_cb;       /* a wheel's callback is running (-1: none) */
+  uint64_t held_iter[2];
+  uint64_t wheel_updated_iter[2];
+      /* +1: iteration of each wheel's latest callback that updated */ /* +1: iteration of each
+                                                                          wheel's latest due start
+                                                                          after its pass */
+  int in_wheel_cb; /* a wheel's callback is running (-1: none) */
   bool in_timer_phase, stopped, guarded, ever_guarded, collects, ending;
   int made;                                        /* wheels made */
   uint64_t seq;                                    /* start order of wheel filings */
+  uint64_t runs;                                   /* uv_run calls so far */
   uint64_t last_iter[2], last_due[2], last_seq[2]; /* each wheel's latest fire */
   fuzz_input_t *in;
 } t;
@@ -138,6 +146,11 @@ static bool excused(const pair_t *p, unsigned k, const fire_t *w, const fire_t *
   /* "while a wheel holds such an entry back (libuv < 1.48), its other
    * timers that come due before the next iteration wait with it" */
   if (!t.collects && w->iter == u->iter + 1 && t.held_iter[p->wheel] == u->iter + 1)
+    return true;
+  /* "a wheel's callback that calls uv_update_time() makes the wheel's
+   * timers due by the updated clock run in the next iteration (libuv <
+   * 1.48 runs their uv_timer_ts in the same phase)" */
+  if (!t.collects && w->iter == u->iter + 1 && t.wheel_updated_iter[p->wheel] == u->iter + 1)
     return true;
   return false;
 }
@@ -189,6 +202,11 @@ static void on_w(uvtw_timer_t *timer) {
   t.last_iter[i] = t.iter, t.last_due[i] = p->due_w, t.last_seq[i] = p->seq;
   if (p->repeat != 0)
     p->seq = t.seq++; /* filed again before the callback */
+  /* "one pass per loop iteration: ... a timer started with timeout 0 from
+   * inside its wheel's callback ... runs in the next iteration's pass" */
+  FUZZ_CHECK(t.in,
+             p->nw != 0 || !p->due_in_own_cb || f.iter > p->start_iter || t.runs != p->start_run,
+             "one pass per loop iteration: a start due from a wheel's callback runs in the next");
   p->due_w = f.now + p->repeat;
   p->wf[p->nw++ % FIRES] = f;
   t.in_wheel_cb = i;
@@ -220,7 +238,10 @@ static void twin_start(pair_t *p, uint64_t timeout, uint64_t repeat) {
   p->nw = p->nu = p->compared = 0;
   p->sync = true;
   p->seq = t.seq++;
+  p->start_iter = t.iter;
+  p->start_run = t.runs;
   p->due_in_wheel_cb = due && t.in_wheel_cb >= 0;
+  p->due_in_own_cb = due && t.in_wheel_cb == w;
   p->due_after_pass = due && t.in_timer_phase && wakeups != t.wakeups_at_prepare[w];
   if (p->due_in_wheel_cb || p->due_after_pass)
     t.held_iter[w] = t.iter + 1;
@@ -268,6 +289,8 @@ static void busy(uint64_t ms) {
   uv_update_time(&t.loop);
   if (t.in_timer_phase)
     t.updated_iter = t.iter + 1;
+  if (t.in_wheel_cb >= 0)
+    t.wheel_updated_iter[t.in_wheel_cb] = t.iter + 1;
 }
 
 /* One operation, from its 4 bytes. */
@@ -297,7 +320,7 @@ static void operate(const uint8_t op[4]) {
         p->nw = p->nu = p->compared = 0;
         p->sync = true;
         p->seq = t.seq++;
-        p->due_in_wheel_cb = p->due_after_pass = false;
+        p->due_in_wheel_cb = p->due_in_own_cb = p->due_after_pass = false;
       }
     }
     break;
@@ -463,6 +486,7 @@ static bool run(uv_run_mode mode) {
             (unsigned long long)uv_now(&t.loop));
   t.run_iter = 0;
   t.guarded = false;
+  t.runs++;
   uv_run(&t.loop, mode);
   check_wheels(false);
   bool stopped = t.stopped; /* uv_stop() before or in this run */

@@ -18,7 +18,9 @@
  * and set_arming is the one place that starts or stops them:
  *
  *   IDLE --file--> TIMER --due--> IN_PASS --end_pass--> TIMER or IDLE (libuv >= 1.48)
- *                    |              ^     \--end_pass--> WAIT --prepare--> TIMER (< 1.48)
+ *                    |              ^     \--end_pass--> WAIT (< 1.48)
+ *                    |              |   WAIT --its phase ran--> TIMER, a pass, or HELD
+ *                    |              |   HELD --prepare or a filing--> TIMER
  *                    +-> COLLECTED -+
  *
  * Where libuv versions differ, the difference is one arming_policy_t,
@@ -32,19 +34,23 @@
  *     no longer active); before 1.48, if it is due by now and another wheel
  *     of the loop is in its pass, so that the phase is under way.
  *   - WAIT: libuv < 1.48 runs a uv_timer_t started with 0 inside the timer
- *     phase in that same phase. So after a pass there, and for a due entry
- *     filed from another wheel's pass, the uv_timer_t is started no earlier
- *     than the next tick, and a uv_prepare_t, which runs once between two
- *     timer phases, arms it to the earliest deadline for the next iteration.
- *     A timer phase may come first when a new uv_run begins with one (1.44
- *     runs one at the end of UV_RUN_ONCE and at the start of the next call):
- *     the uv_timer_t then only waits another tick.
+ *     phase in that same phase, after every timer due before it. So after a
+ *     pass there, and for a due entry filed from another wheel's pass, the
+ *     uv_timer_t is started due now, with armed_at the clock then: when it
+ *     runs, the rest of the phase has run. What is due by armed_at is held
+ *     back (HELD: started for the next tick, to keep the loop alive), and a
+ *     uv_prepare_t, which runs once between two timer phases, arms the next
+ *     pass; else what the clock made due since runs, as its uv_timer_t
+ *     twins do, or the wheel is armed as usual, so that a uv_run that
+ *     begins with a timer phase (1.45 to 1.47 in UV_RUN_DEFAULT, 1.44 after
+ *     UV_RUN_ONCE) runs what was started before it. A filing on a HELD
+ *     wheel arms it to its earliest entry.
  * Everything else follows from using a real uv_timer_t on uv_now(): a
  * wheel timer fires in the loop iteration in which a uv_timer_t started at
  * the same moment with the same timeout fires, and keeps the loop alive
- * exactly as long. The one exception is uv_update_time() called by a
- * callback that runs before the pass in the same timer phase of libuv
- * >= 1.48: that libuv collected the phase's timers against the time before
+ * exactly as long. The exceptions are in include/uvtw.h; on libuv >= 1.48
+ * it is uv_update_time() called by a callback that runs before the pass in
+ * the same timer phase: that libuv collected the phase's timers against the time before
  * the update and keeps that time nowhere, so the pass runs what is due by
  * the updated clock, an iteration before a uv_timer_t due in between
  * (include/uvtw.h states it).

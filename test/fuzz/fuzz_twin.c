@@ -90,9 +90,9 @@ static struct {
   uint64_t updated_iter;          /* +1: iteration in which a timer-phase callback updated */
   uint64_t held_iter[2];
   uint64_t wheel_updated_iter[2];
-      /* +1: iteration of each wheel's latest callback that updated */ /* +1: iteration of each
-                                                                          wheel's latest due start
-                                                                          after its pass */
+  /* +1: iteration of each wheel's latest callback that updated */ /* +1: iteration of each
+                                                                      wheel's latest due start
+                                                                      after its pass */
   int in_wheel_cb; /* a wheel's callback is running (-1: none) */
   bool in_timer_phase, stopped, guarded, ever_guarded, collects, ending;
   int made;                                        /* wheels made */

@@ -32,22 +32,33 @@
  * Time is milliseconds on the loop's clock (uv_now()), exactly as for
  * uv_timer_t: a wheel timer and a uv_timer_t started at the same moment with
  * the same timeout fire in the same loop iteration, on every libuv from 1.44
- * on, with one exception: on libuv 1.48 and later, when a callback that runs
- * before the wheel's in the same timer phase calls uv_update_time(), wheel
- * timers due by the updated clock run in that phase, one iteration before
- * uv_timer_ts due in between (that libuv collects a phase's due timers
- * against its time at the phase's start, and keeps that time nowhere).
+ * on, with these exceptions, and no others:
+ *   - libuv 1.48 and later: when a callback that runs before the wheel's in
+ *     the same timer phase calls uv_update_time(), wheel timers due by the
+ *     updated clock run in that phase, one iteration before uv_timer_ts due
+ *     in between (that libuv collects a phase's due timers against its time
+ *     at the phase's start, and keeps that time nowhere);
+ *   - libuv before 1.48, which runs a uv_timer_t started with timeout 0 in
+ *     the timer phase under way: a timer started with 0 from inside a
+ *     wheel's callback runs one iteration after its uv_timer_t twin; one
+ *     started with 0 from a uv_timer_t callback that runs after the wheel's
+ *     pass in the same timer phase, in that phase or one iteration later
+ *     (one pass per loop iteration, below);
+ *   - libuv before 1.48: while a wheel holds such a timer back, its other
+ *     timers that come due before the next iteration wait with it, and when
+ *     a wheel's callback calls uv_update_time(), that wheel's timers due by
+ *     the updated clock run in the next iteration: one iteration after
+ *     their uv_timer_t twins, which run in that phase.
  * Guarantees, for every callback:
  *   - never early: it runs only once the clock has reached its deadline;
  *   - order: callbacks run in deadline order, equal deadlines in the order
  *     the timers were started (tasks: in call order per calling thread);
  *   - one pass per loop iteration, on every libuv: an entry made due after
  *     the wheel's pass of an iteration (a timer started with timeout 0 from
- *     inside any wheel's callback, or from a uv_timer_t callback that runs
- *     after that pass) runs in the next iteration's pass, as libuv 1.48 and
- *     later run a uv_timer_t started with 0 in its own timer phase (older
- *     libuvs run such a uv_timer_t in the same phase, the wheel timer one
- *     iteration later). So timers that keep restarting themselves or each
+ *     inside its wheel's callback, or from a uv_timer_t callback that runs
+ *     after that pass) runs in a later pass, the next iteration's at the
+ *     latest, as libuv 1.48 and later run a uv_timer_t started with 0 in its
+ *     own timer phase. So timers that keep restarting themselves or each
  *     other with 0, on one wheel or several, cannot starve the loop;
  *   - exactly once: a stopped timer or a cancelled task never runs after
  *     the stop or the cancel.

@@ -18,7 +18,9 @@
  * and set_arming is the one place that starts or stops them:
  *
  *   IDLE --file--> TIMER --due--> IN_PASS --end_pass--> TIMER or IDLE (libuv >= 1.48)
- *                    |              ^     \--end_pass--> WAIT --prepare--> TIMER (< 1.48)
+ *                    |              ^     \--end_pass--> WAIT (< 1.48)
+ *                    |              |   WAIT --its phase ran--> TIMER, a pass, or HELD
+ *                    |              |   HELD --prepare or a filing--> TIMER
  *                    +-> COLLECTED -+
  *
  * Where libuv versions differ, the difference is one arming_policy_t,
@@ -32,19 +34,23 @@
  *     no longer active); before 1.48, if it is due by now and another wheel
  *     of the loop is in its pass, so that the phase is under way.
  *   - WAIT: libuv < 1.48 runs a uv_timer_t started with 0 inside the timer
- *     phase in that same phase. So after a pass there, and for a due entry
- *     filed from another wheel's pass, the uv_timer_t is started no earlier
- *     than the next tick, and a uv_prepare_t, which runs once between two
- *     timer phases, arms it to the earliest deadline for the next iteration.
- *     A timer phase may come first when a new uv_run begins with one (1.44
- *     runs one at the end of UV_RUN_ONCE and at the start of the next call):
- *     the uv_timer_t then only waits another tick.
+ *     phase in that same phase, after every timer due before it. So after a
+ *     pass there, and for a due entry filed from another wheel's pass, the
+ *     uv_timer_t is started due now, with armed_at the clock then: when it
+ *     runs, the rest of the phase has run. What is due by armed_at is held
+ *     back (HELD: started for the next tick, to keep the loop alive), and a
+ *     uv_prepare_t, which runs once between two timer phases, arms the next
+ *     pass; else what the clock made due since runs, as its uv_timer_t
+ *     twins do, or the wheel is armed as usual, so that a uv_run that
+ *     begins with a timer phase (1.45 to 1.47 in UV_RUN_DEFAULT, 1.44 after
+ *     UV_RUN_ONCE) runs what was started before it. A filing on a HELD
+ *     wheel arms it to its earliest entry.
  * Everything else follows from using a real uv_timer_t on uv_now(): a
  * wheel timer fires in the loop iteration in which a uv_timer_t started at
  * the same moment with the same timeout fires, and keeps the loop alive
- * exactly as long. The one exception is uv_update_time() called by a
- * callback that runs before the pass in the same timer phase of libuv
- * >= 1.48: that libuv collected the phase's timers against the time before
+ * exactly as long. The exceptions are in include/uvtw.h; on libuv >= 1.48
+ * it is uv_update_time() called by a callback that runs before the pass in
+ * the same timer phase: that libuv collected the phase's timers against the time before
  * the update and keeps that time nowhere, so the pass runs what is due by
  * the updated clock, an iteration before a uv_timer_t due in between
  * (include/uvtw.h states it).
@@ -72,19 +78,6 @@ _Static_assert(sizeof(((uvtw_timer_t *)0)->node_) == sizeof(wheel_node_t) &&
 static void on_timer(uv_timer_t *handle);
 static void on_prepare(uv_prepare_t *handle);
 
-#ifdef UVTW_CHECKS
-/* The loop's iteration, or UINT64_MAX where libuv cannot tell (< 1.45). */
-static uint64_t loop_iteration(uv_loop_t *loop) {
-  uint64_t count = UINT64_MAX;
-#if UV_VERSION_HEX >= 0x012d00
-  uv_metrics_t m;
-  count = uv_metrics_info(loop, &m) == 0 ? m.loop_count : count;
-#endif
-  (void)loop;
-  return count;
-}
-#endif
-
 void uvtw__update_refs(uvtw_wheel_t *w) {
   if (uvtw__closing(w)) /* the handles are closing */
     return;
@@ -97,34 +90,26 @@ void uvtw__update_refs(uvtw_wheel_t *w) {
 }
 
 /* The one place that changes the arming and calls libuv for it. In TIMER
- * and WAIT the uv_timer_t is started for `deadline` while anything is
- * pending; COLLECTED and IN_PASS leave it where libuv has it; otherwise it
- * is stopped. The uv_prepare_t runs in WAIT only. */
+ * and HELD the uv_timer_t is started for `deadline` while anything is
+ * pending (with nothing, they are IDLE), in WAIT always; COLLECTED and
+ * IN_PASS leave it where libuv has it; otherwise it is stopped. The
+ * uv_prepare_t runs in WAIT and HELD only. */
 static void set_arming(uvtw_wheel_t *w, enum arming to, uint64_t deadline) {
-  if (to == ARM_TIMER && w->wheel.count == 0)
-    to = ARM_IDLE;
-  bool started = (to == ARM_TIMER || to == ARM_WAIT) && w->wheel.count != 0;
+  bool started = to == ARM_TIMER || to == ARM_WAIT || to == ARM_HELD;
+  if (started && to != ARM_WAIT && w->wheel.count == 0)
+    to = ARM_IDLE, started = false;
   if (started && uvtw__handle_open(&w->timer)) {
     uint64_t due = uvtw__ms_of(w, deadline);
     uint64_t now = uv_now(w->loop);
     uv_timer_start(&w->timer, on_timer, due > now ? due - now : 0, 0);
-#ifdef UVTW_CHECKS
-    w->armed_in = loop_iteration(w->loop);
-#endif
   } else if (to != ARM_COLLECTED && to != ARM_IN_PASS && uvtw__handle_open(&w->timer)) {
     uv_timer_stop(&w->timer);
   }
+  bool prepare = to == ARM_WAIT || to == ARM_HELD;
   if (uvtw__handle_open(&w->prepare))
-    (to == ARM_WAIT ? uv_prepare_start(&w->prepare, on_prepare) : uv_prepare_stop(&w->prepare));
+    (prepare ? uv_prepare_start(&w->prepare, on_prepare) : uv_prepare_stop(&w->prepare));
   w->arming = to;
   w->armed_at = started ? deadline : 0;
-}
-
-/* The deadline to start the uv_timer_t for: in WAIT, the next tick at the
- * earliest, not in the timer phase under way. */
-static uint64_t wait_floor(const uvtw_wheel_t *w, enum arming to, uint64_t deadline) {
-  uint64_t floor = uvtw__now_ticks(w) + 1;
-  return to == ARM_WAIT && deadline < floor ? floor : deadline;
 }
 
 /* Another wheel on this loop is running its pass: the timer phase is under
@@ -170,8 +155,8 @@ void uvtw__core_init(uvtw_wheel_t *w, uv_loop_t *loop, uint32_t tick_ms, bool ma
 UVTW_NOINLINE void uvtw__release_loop(uvtw_wheel_t *w) {
   uvtw__update_refs(w);
   enum arming a = w->arming;
-  if (w->wheel.count == 0 && (a == ARM_TIMER || a == ARM_COLLECTED || a == ARM_WAIT))
-    set_arming(w, a == ARM_WAIT ? ARM_WAIT : ARM_IDLE, 0); /* WAIT keeps its prepare */
+  if (w->wheel.count == 0 && a != ARM_IDLE && a != ARM_IN_PASS && a != ARM_WAIT)
+    set_arming(w, ARM_IDLE, 0);
 }
 
 /* Files `entry` and decides the arming (see the top of this file). A
@@ -182,7 +167,7 @@ UVTW_NOINLINE void uvtw__release_loop(uvtw_wheel_t *w) {
 void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
   uint64_t now = uvtw__now_ticks(w);
   enum arming to = w->arming;
-  if (!(w->flags & WHEEL_MANUAL) && (to == ARM_IDLE || to == ARM_TIMER))
+  if (!(w->flags & WHEEL_MANUAL) && (to == ARM_IDLE || to == ARM_TIMER || to == ARM_HELD))
     to = deadline <= now ? w->policy.due_filed(w, now) : ARM_TIMER;
   if ((to == ARM_COLLECTED && w->arming != ARM_COLLECTED) || w->wheel.count == 0) {
     size_t scratch_max = w->wheel.scratch_max;
@@ -192,9 +177,12 @@ void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
   }
   uvtw__wheel_insert(&w->wheel, uvtw__node_of(entry), deadline);
   uvtw__entry_filed(w, entry);
-  uint64_t at = wait_floor(w, to, uvtw__node_of(entry)->deadline);
-  bool starts = (to == ARM_TIMER || to == ARM_WAIT) && !(w->flags & WHEEL_MANUAL) &&
-                (w->wheel.count == 1 || at < w->armed_at);
+  /* WAIT holds back what is due now; out of HELD, the earliest entry arms. */
+  uint64_t at = to == ARM_WAIT          ? now
+                : w->arming == ARM_HELD ? uvtw__wheel_next_deadline(&w->wheel)
+                                        : uvtw__node_of(entry)->deadline;
+  bool starts =
+      to == ARM_TIMER && !(w->flags & WHEEL_MANUAL) && (w->wheel.count == 1 || at < w->armed_at);
   if (to != w->arming || starts)
     set_arming(w, to, at);
 }
@@ -228,13 +216,14 @@ static void run_pass(uvtw_wheel_t *w, uint64_t now) {
   uvtw__fire_expired(w);
 }
 
-/* After run_pass: pass_end, then arms the uv_timer_t for the next pass
- * (see the top of this file). False if a callback closed the wheel. */
+/* After run_pass: pass_end, then arms the uv_timer_t for the next pass;
+ * WAIT holds back the entries due by now (see the top of this file). False
+ * if a callback closed the wheel. */
 static bool end_pass(uvtw_wheel_t *w) {
   if (!w->pass_end(w))
     return false;
   enum arming to = w->flags & WHEEL_MANUAL ? ARM_IDLE : w->policy.after_pass;
-  set_arming(w, to, wait_floor(w, to, uvtw__wheel_next_deadline(&w->wheel)));
+  set_arming(w, to, to == ARM_WAIT ? uvtw__now_ticks(w) : uvtw__wheel_next_deadline(&w->wheel));
   return true;
 }
 
@@ -245,13 +234,21 @@ bool uvtw__pass(uvtw_wheel_t *w, uint64_t now) {
 
 static void on_timer(uv_timer_t *handle) {
   uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, timer);
-  if (w->arming == ARM_WAIT) { /* a timer phase before the prepare phase (a new uv_run) */
-    set_arming(w, ARM_WAIT, wait_floor(w, ARM_WAIT, w->armed_at));
+  uint64_t now = uvtw__now_ticks(w);
+  uint64_t next = uvtw__wheel_next_deadline_exact(&w->wheel);
+  /* WAIT holds back what is due at armed_at, HELD what was due before it */
+  uint64_t held = w->arming == ARM_WAIT ? w->armed_at : w->armed_at - 1;
+  if ((w->arming == ARM_WAIT || w->arming == ARM_HELD) && next <= held) {
+    set_arming(w, ARM_HELD, now + 1); /* not in this timer phase, nor while the clock moves in it */
+    return;
+  }
+  if ((w->arming == ARM_WAIT || w->arming == ARM_HELD) && next > now) {
+    set_arming(w, ARM_TIMER, next); /* the rest of the pass's timer phase has run */
     return;
   }
   uint64_t fired = w->stats.fired;
   w->stats.wakeups++;
-  run_pass(w, uvtw__now_ticks(w));
+  run_pass(w, now);
   w->stats.wasted_wakeups += w->stats.fired == fired;
   end_pass(w);
 }
@@ -272,29 +269,45 @@ void uvtw__core_close(uvtw_wheel_t *w) {
 
 #ifdef UVTW_CHECKS
 /* GCOVR_EXCL_START: the checker's failing branches run only on a broken library. */
+
+/* libuv >= 1.48 collects a timer phase's due uv_timer_ts at its start:
+ * stopped, into a queue of that phase linked through each handle's heap
+ * node, from which each is unlinked (linked to itself) before its callback.
+ * A uv_timer_t is collected by the phase under way if it is stopped and so
+ * linked (the node is named by the uv.h compiled against; its place is the
+ * same on every libuv). */
+static bool collected_by_phase(const uv_timer_t *t) {
+#if UV_VERSION_HEX >= 0x013000
+  const void *const *node = (const void *const *)&t->node;
+#else
+  const void *const *node = (const void *const *)t->heap_node;
+#endif
+  return !uv_is_active((const uv_handle_t *)t) && node[0] != (const void *)node;
+}
+
 const char *uvtw__arming_check(const uvtw_wheel_t *w) {
   enum arming a = w->arming;
   bool timer = uv_is_active((const uv_handle_t *)&w->timer), empty = w->wheel.count == 0;
-  bool started = (a == ARM_TIMER || a == ARM_WAIT) && !empty, manual = w->flags & WHEEL_MANUAL;
+  bool started = a == ARM_TIMER || a == ARM_WAIT || a == ARM_HELD, manual = w->flags & WHEEL_MANUAL;
+  bool collects = w->policy.collects, collected = collects && collected_by_phase(&w->timer);
+  bool waits = a == ARM_WAIT || a == ARM_HELD;
   uint64_t due = uvtw__ms_of(w, w->armed_at), now = uv_now(w->loop);
-  /* libuv >= 1.48 collects a due uv_timer_t at its timer phase's start and
-   * runs it in that phase: in the iteration it was started in, or the next. */
-  bool collected = w->policy.collects && due <= now &&
-                   (loop_iteration(w->loop) <= w->armed_in + 1 || w->armed_in == UINT64_MAX);
   INVARIANT(a != ARM_IN_PASS, "checked inside a pass"); /* the checker runs between passes */
   INVARIANT(!manual || (a == ARM_IDLE && !timer), "a manual clock armed its uv_timer_t");
   INVARIANT(a != ARM_IDLE || (!timer && (empty || manual)), "IDLE with a timer or entries");
   INVARIANT(a != ARM_TIMER || (!empty && (timer || collected)), "TIMER not armed nor collected");
-  /* COLLECTED: libuv >= 1.48 holds it inactive in its list; older libuvs in the heap */
-  INVARIANT(a != ARM_COLLECTED || (!empty && timer != w->policy.collects), "COLLECTED, not due");
-  INVARIANT(a != ARM_WAIT || (!w->policy.collects && timer == !empty), "WAIT on libuv >= 1.48");
-  INVARIANT((a == ARM_WAIT) == uv_is_active((const uv_handle_t *)&w->prepare), "prepare not WAIT");
+  /* COLLECTED: libuv >= 1.48 holds it in the phase's queue; older libuvs in the heap */
+  INVARIANT(a != ARM_COLLECTED || (!empty && (collects ? collected : timer)), "COLLECTED, not due");
+  INVARIANT(!waits || (!collects && timer), "WAIT or HELD on libuv >= 1.48, or not started");
+  INVARIANT(a != ARM_HELD || !empty, "HELD with nothing held");
+  INVARIANT(a != ARM_WAIT || due <= now, "WAIT's uv_timer_t not due now");
+  INVARIANT(waits == uv_is_active((const uv_handle_t *)&w->prepare), "prepare not WAIT nor HELD");
   INVARIANT(started || w->armed_at == 0, "armed_at set with nothing armed"); /* the fast path */
   INVARIANT(!started || uv_timer_get_due_in(&w->timer) == (due > now ? due - now : 0),
             "the uv_timer_t is not due at armed_at");
   uint64_t next = uvtw__wheel_next_deadline_exact(&w->wheel);
-  INVARIANT(!started || w->armed_at <= wait_floor(w, a, next),
-            "the uv_timer_t is armed after the earliest deadline (WAIT: the next tick)");
+  INVARIANT(a != ARM_TIMER || w->armed_at <= next,
+            "the uv_timer_t is armed after the earliest deadline");
   return NULL;
 }
 /* GCOVR_EXCL_STOP */

@@ -47,7 +47,8 @@ enum arming {
   ARM_TIMER,     /* the uv_timer_t started for armed_at */
   ARM_COLLECTED, /* due in the timer phase under way; the pass's entries are expired */
   ARM_IN_PASS,   /* running a pass */
-  ARM_WAIT,      /* libuv < 1.48, after a pass: the uv_prepare_t arms the next pass */
+  ARM_WAIT,      /* libuv < 1.48, after a pass: the uv_timer_t due now ends the phase */
+  ARM_HELD,      /* libuv < 1.48, after WAIT: entries due in that phase wait for the prepare */
 };
 
 /* How the core arms on one libuv (core.c), chosen once at uvtw_wheel_new. */
@@ -70,7 +71,6 @@ struct uvtw_wheel_s {
   uint64_t armed_at;     /* ticks; a filing earlier than this re-arms (0: none does) */
   uint64_t manual_now;   /* ms, the manual clock */
   uint64_t unrefs;       /* pending timers that do not keep the loop alive */
-  uint64_t armed_in;     /* -Dchecks: the loop iteration the uv_timer_t was last started in */
   uvtw_stats_t stats;    /* counters kept as they happen; completed on read */
   /* Given by life.c: each kind of entry's callback ([0] timers, [1] tasks),
    * and what runs where a pass ends: false if the wheel closed in the pass
@@ -81,7 +81,7 @@ struct uvtw_wheel_s {
   void *close_arg;
   uv_timer_t timer;
   uv_async_t async;
-  uv_prepare_t prepare; /* libuv < 1.48: ends ARM_WAIT in the next iteration */
+  uv_prepare_t prepare; /* libuv < 1.48: ends WAIT and HELD in the next iteration */
   wheel_t wheel;
 };
 

@@ -199,8 +199,9 @@ static const char *check_list(const uvtw_wheel_t *w, const wheel_node_t *head, u
     const uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
     bool task = entry->wheel_ & ENTRY_TASK;
     INVARIANT(uvtw__wheel_of(entry) == w, "an entry is filed in another wheel");
-    /* armed_at is no later than any deadline, but in WAIT, where it is the next iteration */
-    INVARIANT(w->arming == ARM_WAIT || node->deadline >= w->armed_at, "an entry before armed_at");
+    /* armed_at is no later than any deadline, but where entries are held back */
+    INVARIANT(w->arming == ARM_WAIT || w->arming == ARM_HELD || node->deadline >= w->armed_at,
+              "an entry before armed_at");
     INVARIANT(!task || uvtw__task_check(entry, &c[3]), "a task in the wheel is not pending");
     INVARIANT(task || entry->cb_ != NULL, "a pending timer has no callback");
     c[0]++, c[1] += (entry->wheel_ & ENTRY_UNREF) != 0, c[2] += task;

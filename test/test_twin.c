@@ -883,7 +883,100 @@ static void test_update_time_in_phase(void) {
 
 static void test_again_twin(void);
 
+/* Twins W2 and U2 started together; each records the iteration it ran in. */
+static struct {
+  uvtw_timer_t w1, w2;
+  uv_timer_t u2, busy;
+  uint64_t w_iter, u_iter;
+} tw;
+
+static void tw_w_cb(uvtw_timer_t *timer) {
+  (void)timer;
+  tw.w_iter = g_fx->iter;
+}
+
+static void tw_u_cb(uv_timer_t *handle) {
+  (void)handle;
+  tw.u_iter = g_fx->iter;
+}
+
+static void tw_start_twins(fx_t *f, uint64_t timeout) {
+  uvtw_timer_init(f->wheel, &tw.w2);
+  uv_timer_init(&f->loop, &tw.u2);
+  uvtw_timer_start(&tw.w2, tw_w_cb, timeout, 0);
+  uv_timer_start(&tw.u2, tw_u_cb, timeout, 0);
+}
+
+static void tw_busy_cb(uv_timer_t *handle) {
+  fx_sleep_ms(30);
+  uv_update_time(handle->loop);
+}
+
+/* The wheel's pass runs in a timer phase; a uv_timer_t callback after it
+ * in that phase works 30 ms and updates the clock, which makes the twins
+ * (20 ms) due: libuv < 1.48 runs U2 in that phase, and so must the wheel
+ * run W2, which the clock, not a callback, made due. */
+static void test_twin_due_by_clock_after_pass(void) {
+  const char *T = "twin_due_by_clock_after_pass";
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(&tw, 0, sizeof tw);
+  uv_update_time(&f.loop);
+  uvtw_timer_init(f.wheel, &tw.w1);
+  uvtw_timer_start(&tw.w1, fx_noop_timer_cb, 1, 0); /* the wheel's uv_timer_t first */
+  uv_timer_init(&f.loop, &tw.busy);
+  uv_timer_start(&tw.busy, tw_busy_cb, 1, 0); /* then the busy one, after the pass */
+  tw_start_twins(&f, 20);
+  fx_run(&f, UV_RUN_DEFAULT);
+  tap_ok(tw.w_iter != 0 && tw.u_iter != 0, "%s: both twins ran", T);
+  EXPECT_U64(tw.w_iter, tw.u_iter, "%s: W2 runs in U2's iteration (libuv %s)", T,
+             uv_version_string());
+  fx_close_handle(&tw.busy);
+  fx_close_handle(&tw.u2);
+  fx_close(&f);
+}
+
+/* Run the loop until its last timer phase has run a wheel pass, start
+ * twins at top level, run it again: in the same iteration, whatever timer
+ * phase the new uv_run begins with (libuv 1.45 to 1.47 run one before the
+ * loop in UV_RUN_DEFAULT; 1.44 one at the end of UV_RUN_ONCE). */
+static void twin_run_start_run(const char *T, uv_run_mode first, uint64_t timeout) {
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(&tw, 0, sizeof tw);
+  fx_run(&f, UV_RUN_NOWAIT); /* the wheel's uv_async_t has run: ONCE waits for the timer */
+  uvtw_timer_init(f.wheel, &tw.w1);
+  uvtw_timer_start(&tw.w1, fx_noop_timer_cb, 2, 0);
+  fx_run(&f, first); /* its last timer phase runs the pass */
+  tap_ok(!uvtw_timer_is_active(&tw.w1), "%s: the first run ran the wheel's pass", T);
+  tw_start_twins(&f, timeout);
+  fx_run(&f, UV_RUN_DEFAULT);
+  tap_ok(tw.w_iter != 0 && tw.u_iter != 0, "%s: both twins ran", T);
+  EXPECT_U64(tw.w_iter, tw.u_iter, "%s: W2 runs in U2's iteration (libuv %s)", T,
+             uv_version_string());
+  fx_close_handle(&tw.u2);
+  fx_close(&f);
+}
+
+static void test_twin_run_start_run_default(void) {
+  twin_run_start_run("twin_run_start_run_default", UV_RUN_DEFAULT, 0);
+}
+
+static void test_twin_run_start_run_once(void) {
+  twin_run_start_run("twin_run_start_run_once", UV_RUN_ONCE, 0);
+}
+
+static void test_twin_run_start_run_timeout(void) {
+  twin_run_start_run("twin_run_start_run_timeout", UV_RUN_DEFAULT, 3);
+}
+
 static const tap_case_t cases[] = {
+    TAP_CASE(twin_due_by_clock_after_pass),
+    TAP_CASE(twin_run_start_run_default),
+    TAP_CASE(twin_run_start_run_once),
+    TAP_CASE(twin_run_start_run_timeout),
     TAP_CASE(twin_thousands),
     TAP_CASE(twin_staggered),
     TAP_CASE(twin_across_levels),

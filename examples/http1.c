@@ -4,19 +4,14 @@
  * head's bytes on the wire (request line, header lines with their spaces,
  * CRLFs, and anything before the request line) against max_header_size,
  * fed to llhttp no further than one byte past it (431 beyond); a body's
- * data against max_body_size; its chunk extensions and trailers, as llhttp
- * reports them, with the head against max_header_size (413 beyond: they
- * are the body's), as Node limits them. Chunk sizes and CRLFs are not
- * counted: a body of small chunks is read whatever their number. One request at a time: the
- * parser pauses at the end of each request, and at the end of a head a body follows, where the
- * head's bytes end.
+ * data against max_body_size; its chunk extensions and trailers with the
+ * head (413 beyond), as Node limits them, not its chunk sizes and CRLFs.
+ * One request at a time: the parser pauses at the end of each.
  *
  * Framing is strict, so that the server and anything in front of it never
  * disagree where a request ends (request smuggling): llhttp's strict mode
- * where the build compiles it (Debian's sources; llhttp 9 is strict by
- * default), none of its lenient flags, and the server's own checks: no
- * empty header name, no Transfer-Encoding in HTTP/1.0 (RFC 9112 6.1), one
- * valid Host in HTTP/1.1 and at most one in any (RFC 9112 3.2). */
+ * (meson.build takes no lenient llhttp), none of its lenient flags, and
+ * the server's own checks of the header lines (on_headers_complete). */
 #include "http1.h"
 
 #include <inttypes.h>
@@ -47,15 +42,12 @@ static int framing(http_request_t *r, size_t len) {
 
 static int on_message_begin(llhttp_t *p) {
   http_request_t *r = request_of(p);
-  r->url_len = 0;
   r->url[0] = '\0';
-  r->url_flags = 0;
-  r->header_count = 0;
+  r->url_len = r->url_flags = 0;
+  r->header_count = r->body_bytes = 0;
   r->hosts = r->lengths = r->codings = r->coding = 0;
   r->field = FIELD_OTHER;
-  r->name_len = 0;
-  r->value_len = 0;
-  r->body_bytes = 0;
+  r->name_len = r->value_len = 0;
   r->expect = EXPECT_NONE;
   r->wants_continue = 0;
   r->error_status = 0;
@@ -122,17 +114,17 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len) {
 static int on_header_field_complete(llhttp_t *p) {
   http_request_t *r = request_of(p);
   static const char *const names[] = {"", "host", "expect", "transfer-encoding", "content-length"};
-  size_t n = r->name_len < sizeof r->name ? r->name_len : sizeof r->name;
   if (++r->header_count > r->limits->max_headers_count)
     return fail(r, 431);
   if (r->name_len == 0)
     return fail(r, 400); /* ": chunked": a name no one agrees on */
   r->field = FIELD_OTHER;
   for (uint8_t f = FIELD_HOST; f <= FIELD_LENGTH; f++)
-    if (r->name_len == n && is_word(r->name, n, names[f]))
+    if (is_word(r->name, r->name_len, names[f])) /* each name fits in r->name */
       r->field = f;
   r->name_len = 0;
   r->value_len = 0;
+  r->lengths += r->field == FIELD_LENGTH;
   if (r->field == FIELD_HOST && ++r->hosts > 1)
     return fail(r, 400); /* two Host lines */
   return 0;
@@ -195,10 +187,6 @@ static int on_header_value_complete(llhttp_t *p) {
   http_request_t *r = request_of(p);
   const char *v = r->value;
   size_t n = r->value_len;
-  int field = r->field;
-  r->field = FIELD_OTHER;
-  if (field == FIELD_OTHER)
-    return 0;
   if (n > HTTP_VALUE_MAX) {
     v = "?"; /* too long: a value no check accepts (a Host, a coding, an expectation) */
     n = 1;
@@ -207,7 +195,7 @@ static int on_header_value_complete(llhttp_t *p) {
     ;
   for (; n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'); n--)
     ;
-  switch (field) {
+  switch (r->field) {
   case FIELD_HOST:
     return host_valid(v, n) ? 0 : fail(r, 400);
   case FIELD_EXPECT:
@@ -221,8 +209,7 @@ static int on_header_value_complete(llhttp_t *p) {
     else if (!is_word(v, n, "chunked"))
       r->coding |= CODING_OTHER;
     return 0;
-  default: /* FIELD_LENGTH: llhttp reads its value */
-    r->lengths++;
+  default: /* FIELD_OTHER, and FIELD_LENGTH: llhttp reads its value */
     return 0;
   }
 }

@@ -16,8 +16,8 @@
 #define HTTP_VALUE_MAX 272 /* Host, Expect, Transfer-Encoding: a longer one is invalid */
 
 typedef struct http_limits_s {
-  uint64_t max_header_size;   /* bytes of the head on the wire (431 beyond), and of a body's
-                                 framing beyond its allowance (413 beyond) */
+  uint64_t max_header_size;   /* bytes of the head on the wire (431 beyond), then with them of a
+                                 body's chunk extensions and trailers (413 beyond) */
   uint64_t max_headers_count; /* 431 beyond */
   uint64_t max_body_size;     /* bytes, at most UINT32_MAX; 413 beyond (417 with 100-continue) */
 } http_limits_t;

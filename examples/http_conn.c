@@ -99,12 +99,7 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
  * be sending (closing with unread bytes would reset the connection and could
  * destroy the answer before the client read it). */
 static void conn_finish(conn_t *c) {
-  uv_shutdown_t *req;
-  if (c->peer_ended) {
-    conn_close(c, (enum http_close_reason)c->close_reason);
-    return;
-  }
-  req = malloc(sizeof *req);
+  uv_shutdown_t *req = c->peer_ended ? NULL : malloc(sizeof *req);
   if (req == NULL || uv_shutdown(req, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
     free(req);
     conn_close(c, (enum http_close_reason)c->close_reason);
@@ -146,10 +141,8 @@ static void on_write(uv_write_t *req, int status) {
 }
 
 /* Queues bytes on the connection; a response that the kernel did not take at
- * once is under the send timeout. A client that leaves more queued than
- * max_conn_buffered is cut, and so is the one holding the most while the
- * server holds more than its caps. Returns 0, or an error if it closed the
- * connection. */
+ * once is under the send timeout; then the caps hold (caps_enforce). Returns
+ * 0, or an error if it closed the connection. */
 static int conn_write(conn_t *c, write_req_t *w, size_t len) {
   http_server_t *s = c->server;
   uv_buf_t buf = uv_buf_init(w->data, (unsigned)len);
@@ -236,28 +229,24 @@ void conn_fail(conn_t *c, int status) {
   conn_respond(c, status, reason, body, (size_t)n, 1);
 }
 
-/* An interim (1xx) response: `line` with its empty line, `size` its sizeof. */
-static void send_interim(conn_t *c, const char *line, size_t size) {
-  write_req_t *w = malloc(sizeof *w + size);
+static void send_continue(conn_t *c) {
+  static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  write_req_t *w = malloc(sizeof *w + sizeof line);
   if (w == NULL) {
     conn_close(c, CLOSE_NO_MEMORY);
     return;
   }
   w->interim = 1;
-  memcpy(w->data, line, size - 1);
-  conn_write(c, w, size - 1);
-}
-
-static void send_continue(conn_t *c) {
-  static const char line[] = "HTTP/1.1 100 Continue\r\n\r\n";
-  send_interim(c, line, sizeof line);
+  memcpy(w->data, line, sizeof line - 1);
+  conn_write(c, w, sizeof line - 1);
 }
 
 /* ---- Reading ---------------------------------------------------------------- */
 
 /* Parses what arrived, and acts on what the parser saw: a request's first
  * byte (its timeouts start if the connection was idle), the end of its head
- * (100 Continue if the client waits for it), the end of the request. */
+ * (100 Continue if the client waits for it), the end of the request, an
+ * error (answered, then the close). */
 static enum http_parse_result conn_parse(conn_t *c, const char *data, size_t len, size_t *used) {
   http_server_t *s = c->server;
   http_request_t *r = &c->request;
@@ -283,6 +272,8 @@ static enum http_parse_result conn_parse(conn_t *c, const char *data, size_t len
     c->request_started = 0;
     c->state = ST_HANDLING; /* the rest waits in c->pending */
   }
+  if (result == HTTP_PARSE_ERROR && c->state != ST_CLOSING)
+    conn_fail(c, r->error_status);
   return result;
 }
 
@@ -312,20 +303,12 @@ static void conn_keep_pending(conn_t *c, const char *data, size_t len) {
 
 static void conn_feed(conn_t *c, const char *data, size_t len) {
   size_t used;
-  enum http_parse_result r;
   if (c->state != ST_READING && c->state != ST_IDLE) {
     if (c->state == ST_HANDLING || c->state == ST_WRITING)
       conn_keep_pending(c, data, len);
     return; /* DRAINING, LINGERING: discarded */
   }
-  r = conn_parse(c, data, len, &used);
-  if (c->state == ST_CLOSING)
-    return;
-  if (r == HTTP_PARSE_ERROR) {
-    conn_fail(c, c->request.error_status);
-    return;
-  }
-  if (r == HTTP_PARSE_DONE) {
+  if (conn_parse(c, data, len, &used) == HTTP_PARSE_DONE && c->state != ST_CLOSING) {
     conn_keep_pending(c, data + used, len - used);
     if (c->state == ST_HANDLING)
       c->server->handle_request(c);
@@ -349,14 +332,11 @@ static void conn_resume(conn_t *c) {
         conn_parse(c, c->pending.data + c->pending.off, c->pending.len - c->pending.off, &used);
     if (c->state == ST_CLOSING)
       return;
-    if (r == HTTP_PARSE_ERROR) {
-      conn_fail(c, c->request.error_status);
+    if (r == HTTP_PARSE_ERROR)
       break;
-    }
     c->pending.off += (uint32_t)used;
-    if (r == HTTP_PARSE_DONE && c->state == ST_HANDLING) {
+    if (r == HTTP_PARSE_DONE && c->state == ST_HANDLING)
       s->handle_request(c);
-    }
   }
   if (c->state == ST_CLOSING)
     return;
@@ -447,10 +427,14 @@ int conn_idle(const conn_t *c) {
   return c->state == ST_IDLE || (c->state == ST_READING && !c->request_started);
 }
 
+int fd_bytes_waiting(uv_os_fd_t fd) {
+  int n = 0;
+  return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+}
+
 int conn_bytes_waiting(const conn_t *c) {
   uv_os_fd_t fd;
-  int n = 0;
-  return uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0 && ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+  return uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0 && fd_bytes_waiting(fd);
 }
 
 /* ---- Opening and closing ---------------------------------------------------- */

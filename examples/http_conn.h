@@ -52,11 +52,8 @@ struct conn_s {
   uint8_t request_started; /* a byte of the current request has arrived */
   uint8_t shed;            /* its first byte came while the server was shedding */
   uint8_t close_reason;
-  uint8_t handles_open; /* close callbacks still to come; freed at 0 */
-  /* Its timers (http_conn_timers.c), by T_*: headersTimeout, requestTimeout,
-   * and the one of its state: keep-alive (IDLE), send (WRITING, DRAINING)
-   * or linger. */
-  http_timer_t timers[CONN_TIMERS];
+  uint8_t handles_open;             /* close callbacks still to come; freed at 0 */
+  http_timer_t timers[CONN_TIMERS]; /* by T_* (http_conn_timers.c); T_IO: its state's */
 };
 
 void timers_init(conn_t *c);
@@ -86,8 +83,9 @@ void conn_fail(conn_t *c, int status); /* an error response, then the close */
 int conn_in_flight(const conn_t *c);
 /* Between requests, none begun: a shutdown closes it at once. */
 int conn_idle(const conn_t *c);
-/* Bytes from the client wait in the socket, unread. */
+/* Bytes from the client wait in the socket (of `c`, or `fd`), unread. */
 int conn_bytes_waiting(const conn_t *c);
+int fd_bytes_waiting(uv_os_fd_t fd);
 void conn_close(conn_t *c, enum http_close_reason reason);
 
 #endif

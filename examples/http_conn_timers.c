@@ -6,25 +6,21 @@
 
 #include "http_server_impl.h"
 
-static http_timer_t *timer_of(conn_t *c, int which) {
-  return &c->timers[which];
-}
-
 void timers_init(conn_t *c) {
   for (int i = 0; i < CONN_TIMERS; i++)
-    http_timer_init(timer_of(c, i), c->server->loop, c->server->wheel, c);
+    http_timer_init(&c->timers[i], c->server->loop, c->server->wheel, c);
 }
 
 int timers_close(conn_t *c, uv_close_cb cb) {
   int callbacks = 0;
   for (int i = 0; i < CONN_TIMERS; i++)
-    callbacks += http_timer_close(timer_of(c, i), cb);
+    callbacks += http_timer_close(&c->timers[i], cb);
   return callbacks;
 }
 
 void timeout_start(conn_t *c, int which, http_timer_cb cb, uint64_t ms) {
   http_server_t *s = c->server;
-  http_timer_t *t = timer_of(c, which);
+  http_timer_t *t = &c->timers[which];
   int was_active = http_timer_active(t);
   int r;
   if (ms == 0)
@@ -39,7 +35,7 @@ void timeout_start(conn_t *c, int which, http_timer_cb cb, uint64_t ms) {
 }
 
 void timeout_stop(conn_t *c, int which) {
-  http_timer_t *t = timer_of(c, which);
+  http_timer_t *t = &c->timers[which];
   if (!http_timer_active(t))
     return;
   http_timer_stop(t);

@@ -25,19 +25,12 @@
 #define ACCEPT_RETRY_MS 50 /* after a failed allocation at accept, or no descriptor */
 #define FD_BURST_MS 1000   /* running out of descriptors again within this is the same burst */
 
-/* Bytes from the client wait in the socket, unread. */
-static int fd_bytes_waiting(uv_os_fd_t fd) {
-  int n = 0;
-  return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
-}
-
 /* ---- Accepting ---------------------------------------------------------------- */
 
-/* The server accepts itself, on a uv_poll_t of its listening socket, rather
- * than through uv_listen: libuv, out of descriptors, takes and closes what
- * waits in the backlog (its reserve descriptor), which no check of the
- * server's can prevent while other threads of the process take descriptors
- * too (--workers). A failed accept() leaves the connection in the backlog. */
+/* The server accepts on a uv_poll_t of its listening socket, not through
+ * uv_listen, whose reserve descriptor takes and closes what waits in the
+ * backlog once the process (any of its workers) runs out of descriptors.
+ * A failed accept() leaves the connection in the backlog. */
 
 static void on_listener_readable(uv_poll_t *handle, int status, int events);
 static void on_accept_retry(uvtw_timer_t *timer);

@@ -36,19 +36,15 @@ typedef struct http_server_config_s {
   uint64_t max_buffered;      /* bytes the server holds for all (a quarter at most for pipelined
                                  requests); beyond, the client holding the most is cut */
   /* 0 (the default): a client's EOF while its request is pending ends it,
-   * as in nginx and Node: the work is cancelled, the connection closed
-   * without a byte more (closed_client_gone); answers already queued are
-   * still sent. 1: a client that half-closes gets every answer it asked
-   * for, bounded only by the timeouts. */
+   * as in nginx and Node (closed_client_gone). 1: a client that half-closes
+   * gets every answer it asked for, bounded only by the timeouts. */
   int allow_half_open;
   /* Tests and benchmarks only: GET /spin?ms=N (blocks the loop) and GET
    * /bytes?n=N (large answers) are answered, and fail_accept_allocs holds. */
   int bench_routes;
   uint64_t fail_accept_allocs; /* fault injection: the first N connections get no memory */
-  /* ms; 0 (the default) disables. Once a second the server compares the
-   * p99 lateness of its wheel's callbacks in the last second with it, and
-   * while above, answers new requests (all but GET /stats and /metrics)
-   * with 503, Retry-After and Connection: close (http_loop_watch.c). */
+  /* ms; 0 (the default) disables. While the p99 lateness of the last second
+   * is above it, new requests but /stats and /metrics get 503 (--help). */
   uint64_t max_loop_delay;
   /* 1 (the default): sample the loop every 10 ms while a connection is open, so that /stats and
    * /metrics show the lag of a quiet server. Ignored on a manual clock,
@@ -68,10 +64,9 @@ typedef struct http_server_config_s {
    * program running several servers answers for all of them. */
   http_server_stats_t *(*gather)(http_server_t *server, void *arg, unsigned *count);
   void *stats_arg;
-  /* NULL: the server keeps its own. Else shared by the servers of one
-   * process, whose descriptors they share: when a burst of running out of
-   * them ends (uv_hrtime in ms), so that a burst is counted and logged once,
-   * by the server that saw it begin. */
+  /* When a burst of running out of descriptors ends (uv_hrtime in ms), so
+   * that it is counted and logged once: NULL, the server's own; else shared
+   * by the servers of one process, whose descriptors they share. */
   _Atomic uint64_t *fd_burst_end;
 } http_server_config_t;
 
@@ -97,7 +92,7 @@ enum http_close_reason {
 /* What /stats shows, as numbers. */
 typedef struct http_server_counters_s {
   uint64_t accepted, open, open_peak;
-  uint64_t accept_errors; /* accept failed (EMFILE...): libuv dropped the connection */
+  uint64_t accept_errors; /* accept failed (ENOBUFS...): retried later */
   uint64_t fd_exhausted;  /* times accepting paused for want of descriptors */
   uint64_t accept_nomem;  /* no memory for a connection: accept retried later */
   uint64_t requests;      /* responses written in full */
@@ -163,12 +158,9 @@ const http_server_counters_t *http_server_counters(const http_server_t *server);
 /* A copy of its counters and its wheel's statistics; on the loop thread. */
 void http_server_stats(const http_server_t *server, http_server_stats_t *stats);
 
-/* Adds `more` into `sum`, for a process with several servers: counts and
- * peaks add up (a sum of peaks bounds the process's peak), the largest
- * lateness is the largest of either. The lateness histograms add up bucket
- * by bucket, the last-second copies too, so the quantiles of the sum are
- * those of every server's callbacks together (of each one's last completed
- * second for the last-second window). */
+/* Adds `more` into `sum`, for a process with several servers: counts,
+ * peaks and lateness histograms add up (the quantiles of the sum are those
+ * of every server's callbacks), the largest lateness is the largest. */
 void http_server_stats_add(http_server_stats_t *sum, const http_server_stats_t *more);
 
 /* The /stats key=value pairs (no final newline), with the server's

@@ -1,16 +1,14 @@
-/* http_server_impl: the state of one example server (http_server.c), for
- * the files that make the server (README.md, "The server's files"); a
- * program uses http_server.h. */
+/* http_server_impl: the state of one example server, shared by the files
+ * that make it (README.md, "The server's files"); a program uses
+ * http_server.h. http_server.c owns it; the connections, the routes and
+ * /delay read its configuration and count in its counters, and reach back
+ * up only through the two callbacks it sets. */
 #ifndef UVTW_EXAMPLES_HTTP_SERVER_IMPL_H
 #define UVTW_EXAMPLES_HTTP_SERVER_IMPL_H
 
 #include "http_conn.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 #include "http_loop_watch.h"
 
-/* The state of one server, shared by the files that make it (README.md,
- * "The server's files"). http_server.c owns it; the connections, the routes
- * and /delay read its configuration and count in its counters, and reach
- * back up only through the two callbacks it sets. */
 struct http_server_s {
   http_server_config_t config;
   http_server_counters_t counters;

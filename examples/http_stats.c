@@ -1,5 +1,5 @@
 /* http_stats: the example server's statistics (see http_server.h): GET
- * /stats, one line of key=value; GET /metrics, the Prometheus text
+ * /stats, key=value pairs; GET /metrics, the Prometheus text
  * exposition format; and the sum over servers (workers) for the program.
  *
  * Every field is in one table below, with its /stats key and how the values

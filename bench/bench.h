@@ -2,7 +2,8 @@
  *
  * One executable per timer backend (bench_uvtw, bench_uv, bench_ev,
  * bench_event, bench_h2o, bench_event_common): each links the shared
- * workloads (workloads.c) with exactly one backend_*.c that implements the
+ * harness, workloads and command line (harness.c, workload_*.c, main.c; see
+ * workload.h) with exactly one backend_*.c that implements the
  * functions below. libev exports symbols with
  * libevent's names, so the two must never share a process; one process per
  * backend also keeps heaps, caches and peak RSS apart.
@@ -94,7 +95,7 @@ typedef struct bench_wheel_stats_s {
 } bench_wheel_stats_t;
 int backend_wheel_stats(bench_wheel_stats_t *out);
 
-/* ---- Implemented by workloads.c ---------------------------------------- */
+/* ---- Implemented by harness.c ------------------------------------------ */
 
 /* Called by the backend from timer i's callback, with its note (0 if none
  * was set). */

@@ -16,7 +16,7 @@ static void fire_million(size_t i, uint32_t note) {
   fired++;
 }
 
-int run_million_timers(size_t n) {
+static int run_million_timers(size_t n) {
   uint64_t before_all, before_run, after_run, after_all, cpu0, cpu1;
   uint64_t timeout = 0;
   struct rusage ru;

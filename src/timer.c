@@ -33,9 +33,10 @@ UVTW_NOINLINE static int start_deciding(uvtw_wheel_t *w, uvtw_timer_t *timer, ui
     /* A restart. Pushed later, an entry may stay where it is, and the
      * earliest deadline cannot move earlier; but one made due (timeout 0)
      * is filed anew, so that the arming decides which pass runs it
-     * (COLLECTED). */
+     * (COLLECTED), and so is one on a HELD wheel, which a filing arms. */
     w->stats.stopped++;
-    if (timeout != 0 && uvtw__wheel_postpone(&w->wheel, uvtw__node_of(timer), deadline))
+    if (timeout != 0 && w->arming != ARM_HELD &&
+        uvtw__wheel_postpone(&w->wheel, uvtw__node_of(timer), deadline))
       return 0;
     uvtw__entry_remove(w, timer);
   }
@@ -54,11 +55,12 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   uint64_t now = uvtw__clock_ms(w);
   uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(now, timeout));
   /* Most starts decide nothing: a new entry with a timeout (not due, then)
-   * no earlier than armed_at, on a wheel that holds others. They only
-   * insert; the decisions are out of line, so such a start saves few
-   * registers (bench/README.md). */
+   * no earlier than armed_at, on a wheel that holds others and holds none
+   * back (a filing on a HELD wheel arms it). They only insert; the
+   * decisions are out of line, so such a start saves few registers
+   * (bench/README.md). */
   if (wheel_node_linked(uvtw__node_of(timer)) || timeout == 0 || w->wheel.count == 0 ||
-      deadline < w->armed_at)
+      deadline < w->armed_at || w->arming == ARM_HELD)
     return start_deciding(w, timer, deadline, timeout);
   uvtw__wheel_insert(&w->wheel, uvtw__node_of(timer), deadline);
   uvtw__entry_filed(w, timer);

@@ -887,7 +887,7 @@ static void test_again_twin(void);
  * plus one, so that 0 is "not run" (a slow start, as under Valgrind, can
  * make both due in the loop's first iteration, iteration 0). */
 static struct {
-  uvtw_timer_t w1, w2;
+  uvtw_timer_t w1, w2, held;
   uv_timer_t u2, busy;
   uint64_t w_iter, u_iter;
 } tw;
@@ -962,6 +962,40 @@ static void twin_run_start_run(const char *T, uv_run_mode first, uint64_t timeou
   fx_close(&f);
 }
 
+static void tw_busy_wheel_cb(uvtw_timer_t *timer) {
+  fx_sleep_ms(10);
+  (void)timer;
+  uv_update_time(&g_fx->loop);
+}
+
+/* As above, but the first run's pass calls uv_update_time() after busy
+ * work, which makes another wheel timer due: on libuv < 1.48 the wheel
+ * holds it back (HELD) when that run ends. Twins started at top level with
+ * a timeout are filed on that wheel, which the filing arms, so the next
+ * uv_run's first timer phase runs W2 with U2. */
+static void test_twin_run_start_run_held(void) {
+  const char *T = "twin_run_start_run_held";
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(&tw, 0, sizeof tw);
+  fx_run(&f, UV_RUN_NOWAIT);
+  uvtw_timer_init(f.wheel, &tw.w1);
+  uvtw_timer_init(f.wheel, &tw.held);
+  uvtw_timer_start(&tw.w1, tw_busy_wheel_cb, 2, 0);
+  uvtw_timer_start(&tw.held, fx_noop_timer_cb, 5, 0); /* due by the clock the pass moves */
+  fx_run(&f, UV_RUN_ONCE);
+  tap_ok(!uvtw_timer_is_active(&tw.w1), "%s: the first run ran the wheel's pass", T);
+  tw_start_twins(&f, 3);
+  fx_sleep_ms(5); /* both due when the next uv_run begins */
+  fx_run(&f, UV_RUN_DEFAULT);
+  tap_ok(tw.w_iter != 0 && tw.u_iter != 0, "%s: both twins ran", T);
+  EXPECT_U64(tw.w_iter, tw.u_iter, "%s: W2 runs in U2's iteration (libuv %s)", T,
+             uv_version_string());
+  fx_close_handle(&tw.u2);
+  fx_close(&f);
+}
+
 static void test_twin_run_start_run_default(void) {
   twin_run_start_run("twin_run_start_run_default", UV_RUN_DEFAULT, 0);
 }
@@ -979,6 +1013,7 @@ static const tap_case_t cases[] = {
     TAP_CASE(twin_run_start_run_default),
     TAP_CASE(twin_run_start_run_once),
     TAP_CASE(twin_run_start_run_timeout),
+    TAP_CASE(twin_run_start_run_held),
     TAP_CASE(twin_thousands),
     TAP_CASE(twin_staggered),
     TAP_CASE(twin_across_levels),

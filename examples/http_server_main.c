@@ -85,14 +85,15 @@ static void usage(int status) {
   exit(status);
 }
 
-static uint64_t parse_number(const char *s) {
+/* A decimal number up to `max`; else the usage and exit 2. */
+static uint64_t parse_number(const char *s, uint64_t max) {
   char *end;
   unsigned long long v;
   if (s == NULL)
     usage(2);
   errno = 0;
   v = strtoull(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0' || s[0] == '-')
+  if (errno != 0 || end == s || *end != '\0' || s[0] == '-' || v > max)
     usage(2);
   return v;
 }
@@ -105,61 +106,50 @@ static void parse_args(int argc, char **argv, http_server_config_t *config,
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
       usage(0);
     else if (strcmp(a, "--headers-timeout") == 0)
-      config->headers_timeout = parse_number(v);
+      config->headers_timeout = parse_number(v, UINT64_MAX);
     else if (strcmp(a, "--request-timeout") == 0)
-      config->request_timeout = parse_number(v);
+      config->request_timeout = parse_number(v, UINT64_MAX);
     else if (strcmp(a, "--keep-alive-timeout") == 0)
-      config->keep_alive_timeout = parse_number(v);
+      config->keep_alive_timeout = parse_number(v, UINT64_MAX);
     else if (strcmp(a, "--keep-alive-timeout-buffer") == 0)
-      config->keep_alive_timeout_buffer = parse_number(v);
+      config->keep_alive_timeout_buffer = parse_number(v, UINT64_MAX);
     else if (strcmp(a, "--send-timeout") == 0)
-      config->send_timeout = parse_number(v);
+      config->send_timeout = parse_number(v, UINT64_MAX);
     else if (strcmp(a, "--shutdown-grace") == 0)
-      config->shutdown_grace = parse_number(v);
+      config->shutdown_grace = parse_number(v, UINT64_MAX);
     else if (strcmp(a, "--max-header-size") == 0)
-      config->max_header_size = parse_number(v);
+      config->max_header_size = parse_number(v, UINT64_MAX);
     else if (strcmp(a, "--max-headers-count") == 0)
-      config->max_headers_count = parse_number(v);
-    else if (strcmp(a, "--max-body-size") == 0) {
-      config->max_body_size = parse_number(v);
-      if (config->max_body_size > UINT32_MAX)
-        usage(2);
-    } else if (strcmp(a, "--max-conn-buffered") == 0)
-      config->max_conn_buffered = parse_number(v);
+      config->max_headers_count = parse_number(v, UINT64_MAX);
+    else if (strcmp(a, "--max-body-size") == 0)
+      config->max_body_size = parse_number(v, UINT32_MAX);
+    else if (strcmp(a, "--max-conn-buffered") == 0)
+      config->max_conn_buffered = parse_number(v, UINT64_MAX);
     else if (strcmp(a, "--max-buffered") == 0)
-      config->max_buffered = parse_number(v);
+      config->max_buffered = parse_number(v, UINT64_MAX);
     else if (strcmp(a, "--max-loop-delay") == 0)
-      config->max_loop_delay = parse_number(v);
+      config->max_loop_delay = parse_number(v, UINT64_MAX);
     else if (strcmp(a, "--no-sample-loop") == 0) {
       config->sample_loop = 0;
       i--; /* takes no value */
-    } else if (strcmp(a, "--retry-after") == 0) {
-      config->retry_after = parse_number(v);
-      if (config->retry_after > UINT32_MAX)
-        usage(2);
-    } else if (strcmp(a, "--allow-half-open") == 0) {
+    } else if (strcmp(a, "--retry-after") == 0)
+      config->retry_after = parse_number(v, UINT32_MAX);
+    else if (strcmp(a, "--allow-half-open") == 0) {
       config->allow_half_open = 1;
       i--; /* takes no value */
     } else if (strcmp(a, "--bench-routes") == 0) {
       config->bench_routes = 1;
       i--; /* takes no value */
     } else if (strcmp(a, "--fail-accept-allocs") == 0)
-      config->fail_accept_allocs = parse_number(v);
-    else if (strcmp(a, "--wheel-tick-ms") == 0) {
-      uint64_t tick = parse_number(v);
-      if (tick > UINT32_MAX)
+      config->fail_accept_allocs = parse_number(v, UINT64_MAX);
+    else if (strcmp(a, "--wheel-tick-ms") == 0)
+      wheel_options->tick_ms = (uint32_t)parse_number(v, UINT32_MAX);
+    else if (strcmp(a, "--port") == 0)
+      config->port = (int)parse_number(v, 65535);
+    else if (strcmp(a, "--workers") == 0) {
+      *workers = (unsigned)parse_number(v, HTTP_WORKERS_MAX);
+      if (*workers == 0)
         usage(2);
-      wheel_options->tick_ms = (uint32_t)tick;
-    } else if (strcmp(a, "--port") == 0) {
-      uint64_t port = parse_number(v);
-      if (port > 65535)
-        usage(2);
-      config->port = (int)port;
-    } else if (strcmp(a, "--workers") == 0) {
-      uint64_t n = parse_number(v);
-      if (n < 1 || n > HTTP_WORKERS_MAX)
-        usage(2);
-      *workers = (unsigned)n;
     } else if (strcmp(a, "--host") == 0 && v != NULL)
       config->host = v;
     else

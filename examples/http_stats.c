@@ -1,24 +1,16 @@
 /* http_stats: the example server's statistics (see http_server.h): GET
- * /stats, key=value pairs; GET /metrics, the Prometheus text
- * exposition format; and the sum over servers (workers) for the program.
+ * /stats, key=value pairs; GET /metrics, the Prometheus text exposition
+ * format (examples/README.md); and the sum over servers (workers).
  *
  * Every field is in one table below, with its /stats key and how the values
- * of several servers combine (most add up; maxima take the largest). The
- * tables must cover their structs word for word (the static assertions):
- * a counter added to http_server_counters_t, or taken from uvtw_stats_t's
- * reserved words, fails the build until it has its line here, so that it
- * cannot be dropped from the sum or from /stats.
+ * of several servers combine. The static assertions make the tables cover
+ * their structs word for word: a counter added to http_server_counters_t,
+ * or taken from uvtw_stats_t's reserved words, fails the build until it has
+ * its line here, so that it cannot be dropped from the sum or from /stats.
  *
  * In /metrics the wheel's lateness histogram is a Prometheus histogram as
  * it stands: its buckets (uvtw_late_bucket_max, in ms) become the `le`
- * bounds in seconds, counted cumulatively, with late_total_ms as the _sum.
- * Buckets of several workers add up, so `sum by (le)` of the workers'
- * series is the whole process's histogram, and any quantile is computed at
- * query time (histogram_quantile), unlike quantiles computed in the
- * process, which cannot be summed. The other families are the wheel's
- * counters, the server's requests by status class, open connections,
- * timeouts by kind and shed requests, and the process's memory and
- * descriptors under the names Prometheus's own client libraries use. */
+ * bounds in seconds, counted cumulatively, with late_total_ms as the _sum. */
 #include "http_server_impl.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 
 #include <dirent.h>

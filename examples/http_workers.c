@@ -1,11 +1,7 @@
 /* http_workers: the example server (http_server.c) on N loops, one per
- * thread, for the program (see http_workers.h).
- *
- * The kernel spreads new connections over the workers' sockets by a hash of
- * their addresses, and a connection then lives on the worker that accepted
- * it: its timeouts run on that worker's wheel, and its /delay answer is
- * scheduled onto that wheel from the thread pool. The main thread owns the
- * process: the sockets, the signals, the summary.
+ * thread, for the program (see http_workers.h). A connection lives on the
+ * worker that accepted it, its timeouts and its /delay answer on that
+ * worker's wheel; the main thread owns the sockets, the signals, the summary.
  *
  * The threads share three things, each under the worker's mutex: the
  * command the main thread posts (drain, drop), the stats a worker publishes

@@ -11,8 +11,6 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
-
 static void on_server_exit(uv_process_t *process, int64_t status, int term_signal) {
   lg_server_t *s = container_of(process, lg_server_t, process);
   s->exited = 1;

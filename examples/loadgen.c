@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 #define MS 1000000ull
 
 const char *const lg_kind_names[LG_KINDS] = {"good keep-alive", "idle keep-alive", "silent",

@@ -16,6 +16,8 @@
 
 #include <uv.h>
 
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
 /* ---- The server under test (lg_server.c) ------------------------------------ */
 
 typedef struct lg_server_s {

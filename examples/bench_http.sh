@@ -9,14 +9,9 @@
 #        (defaults: build 10; needs wrk, and node for the load table;
 #        WRK_THREADS, default 2; raises ulimit -n to 20000 or its hard limit)
 #
-# By default, the load table of examples/README.md: the server with 1 and 2
-# workers beside Node's http.Server (one process, node_http_server.js)
-# serving the same routes:
-#   keep-alive  GET /             at 200 connections
-#   delay       GET /delay?ms=50  at 1,000 connections
-# With `timers`: the server with uvtw timeouts against the same server on
-# one uv_timer_t per timeout (http_server_uvtimer), GET / at 1,000 and
-# 10,000 keep-alive connections, ROUNDS times (default 2). Every request
+# By default, the load table of examples/README.md. With `timers`:
+# http_server against http_server_uvtimer, GET / at 1,000 and 10,000
+# keep-alive connections, ROUNDS times (default 2). Every request
 # arms three timeouts (headers and request at its first byte, stopped at
 # the end of the head and of the request; keep-alive when the response is
 # written), so the timer work is a start/stop churn of 3 timers per request

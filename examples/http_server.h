@@ -28,27 +28,19 @@ typedef struct http_server_config_s {
   uint64_t keep_alive_timeout_buffer; /* ms; Node's keepAliveTimeoutBuffer */
   uint64_t send_timeout;              /* ms a queued answer may wait for the client */
   uint64_t shutdown_grace;            /* ms left to requests in flight at shutdown */
-  uint64_t max_header_size;   /* bytes of the head (431 beyond), then of a body's chunk extensions
-                                 and trailers with it (413 beyond) */
-  uint64_t max_headers_count; /* 431 beyond */
-  uint64_t max_body_size;     /* bytes, at most UINT32_MAX; 413 beyond */
-  uint64_t max_conn_buffered; /* bytes of answers a client leaves unread; cut beyond */
-  uint64_t max_buffered;      /* bytes the server holds for all (a quarter at most for pipelined
-                                 requests); beyond, the client holding the most is cut */
-  /* 0 (the default): a client's EOF while its request is pending ends it,
-   * as in nginx and Node (closed_client_gone). 1: a client that half-closes
-   * gets every answer it asked for, bounded only by the timeouts. */
-  int allow_half_open;
-  /* Tests and benchmarks only: GET /spin?ms=N (blocks the loop) and GET
-   * /bytes?n=N (large answers) are answered, and fail_accept_allocs holds. */
-  int bench_routes;
+  uint64_t max_header_size;    /* bytes of the head (431 beyond), then of a body's chunk extensions
+                                  and trailers with it (413 beyond) */
+  uint64_t max_headers_count;  /* 431 beyond */
+  uint64_t max_body_size;      /* bytes, at most UINT32_MAX; 413 beyond */
+  uint64_t max_conn_buffered;  /* bytes of answers a client leaves unread; cut beyond */
+  uint64_t max_buffered;       /* bytes the server holds for all (a quarter at most for pipelined
+                                  requests); beyond, the client holding the most is cut */
+  int allow_half_open;         /* --allow-half-open; 0: a client's EOF ends its request */
+  int bench_routes;            /* tests and benchmarks only: /spin, /bytes, fail_accept_allocs */
   uint64_t fail_accept_allocs; /* fault injection: the first N connections get no memory */
-  /* ms; 0 (the default) disables. While the p99 lateness of the last second
-   * is above it, new requests but /stats and /metrics get 503 (--help). */
-  uint64_t max_loop_delay;
-  /* 1 (the default): sample the loop every 10 ms while a connection is open, so that /stats and
-   * /metrics show the lag of a quiet server. Ignored on a manual clock,
-   * where time moves only when a test says (max_loop_delay samples still). */
+  uint64_t max_loop_delay;     /* ms; 0 (the default): never shed (--max-loop-delay) */
+  /* 1 (the default): sample the loop every 10 ms while a connection is open.
+   * Ignored on a manual clock (max_loop_delay samples still). */
   int sample_loop;
   uint64_t retry_after; /* s; the Retry-After of those 503s */
   const char *host;     /* listen address */

@@ -1,12 +1,6 @@
-/* demo: starts examples/http_server on a free loopback port, drives it for
- * about ten seconds with a crowd of well-behaved, idle, silent, slowloris,
- * slow-body and hang-up clients, and prints what the timeouts did.
- *
- * usage: demo PATH/TO/http_server [PATH/TO/http_server_uvtimer ...]
- *        (several servers: one run each, one after the other)
- *
- * The server runs with short timeouts (headers 2 s, request 4 s, keep-alive
- * 1 s) so that every kind of client meets its timeout several times. */
+/* demo: the crowd of examples/README.md against each server named, one
+ * after the other, and what the timeouts did to it.
+ * usage: demo PATH/TO/http_server [PATH/TO/http_server_uvtimer ...] */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif

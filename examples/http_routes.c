@@ -1,11 +1,7 @@
-/* http_routes: the example server's routes (see http_server_main.c's usage
- * text for the list). GET /delay is answered from the thread pool
- * (http_delay.c); /stats and /metrics show the server's statistics, or the
- * whole process's through the config's hooks. The benchmark routes, /spin
- * and /bytes, answer only with config.bench_routes: one blocks the loop,
- * the other makes large answers, neither belongs on a server facing the
- * internet. While the loop lags (max_loop_delay) a new request gets 503,
- * except /stats and /metrics, which show the lag. */
+/* http_routes: the example server's routes (the list: --help). /spin and
+ * /bytes answer only with config.bench_routes: neither belongs on a server
+ * facing the internet. While the loop lags (max_loop_delay) a new request
+ * gets 503, except /stats and /metrics, which show the lag. */
 #include "http_routes.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 
 #include <inttypes.h>

@@ -34,7 +34,6 @@ struct lg_client_s {
   uint8_t is_fetch; /* a /stats fetch, not one of the run's clients */
   uint8_t kind;
   uint8_t state;
-  uint8_t closed_by_us;
   uint8_t half_sent; /* good: the first half of a split head is out */
   int handles_open;
   uint32_t rlen;
@@ -164,7 +163,6 @@ static void client_close(lg_client_t *c, int by_server) {
 }
 
 static void client_hang_up(lg_client_t *c) {
-  c->closed_by_us = 1;
   client_close(c, 0);
 }
 
@@ -357,7 +355,6 @@ static void client_start_connect(lg_client_t *c) {
   int r;
   c->rlen = 0;
   c->half_sent = 0;
-  c->closed_by_us = 0;
   c->t_connect = c->t_connected = c->t_sent = c->t_response = 0;
   uv_tcp_init(lg->loop, &c->tcp);
   uv_timer_init(lg->loop, &c->timer);

@@ -1,13 +1,7 @@
-/* http_server: an HTTP/1.1 keep-alive server on libuv TCP that keeps the
- * promises of Node's http.Server, with every per-connection timeout a timer
- * on a uvtw wheel. Run it with --help for the options and how it differs
- * from Node (the usage text is in http_server_main.c).
- *
- * This file is the server itself (the library of http_server.h): its
- * configuration, listening, accepting (paused without a descriptor or
- * memory; the backlog taken in at shutdown), and the shutdown. The connection is
- * http_conn.c, the parsing http1.c, what it answers http_routes.c;
- * examples/README.md ("The server's files") draws how they call each other. */
+/* http_server: the example server itself (the library of http_server.h):
+ * its configuration, listening, accepting (paused without a descriptor or
+ * memory; the backlog taken in at shutdown), and the shutdown.
+ * examples/README.md ("The server's files") draws how the files call each other. */
 #include "http_routes.h"
 #include "http_server_impl.h" /* first: uvtw.h asks for the POSIX uv.h needs */
 #include "http_timer.h"

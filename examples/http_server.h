@@ -1,7 +1,4 @@
 /* http_server.h: the example HTTP/1.1 server (http_server.c) as a library.
- * http_workers.c runs one server per thread for the program
- * (http_server_main.c); test_http_timeouts.c runs one in its own process,
- * on a wheel with a manual clock, to test its timeouts.
  *
  * A server lives on one loop and is called on that loop's thread only; any
  * number of servers may run in one process, each on its own loop. Every

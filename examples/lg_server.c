@@ -101,7 +101,6 @@ int lg_server_start(uv_loop_t *loop, lg_server_t *s, const char *exe, const char
     uv_run(loop, UV_RUN_DEFAULT);
     return r;
   }
-  s->pid = s->process.pid;
   s->out_open = 1;
   uv_read_start((uv_stream_t *)&s->out, on_server_alloc, on_server_output);
 
@@ -149,7 +148,7 @@ long lg_server_rss_kib(const lg_server_t *s) {
   char path[64], line[256];
   long kib = -1;
   FILE *f;
-  snprintf(path, sizeof path, "/proc/%d/status", s->pid);
+  snprintf(path, sizeof path, "/proc/%d/status", s->process.pid);
   f = fopen(path, "r");
   if (f == NULL)
     return -1;

@@ -23,8 +23,7 @@
 typedef struct lg_server_s {
   uv_process_t process;
   uv_pipe_t out; /* its stdout */
-  int pid;
-  int port; /* from its `listening on HOST:PORT` line */
+  int port;      /* from its `listening on HOST:PORT` line */
   char host[64];
   int exited;
   int64_t exit_status;

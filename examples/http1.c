@@ -1,17 +1,8 @@
-/* http1: see http1.h.
- *
- * Every byte a client sends counts against a limit, as it arrives: the
- * head's bytes on the wire (request line, header lines with their spaces,
- * CRLFs, and anything before the request line) against max_header_size,
- * fed to llhttp no further than one byte past it (431 beyond); a body's
- * data against max_body_size; its chunk extensions and trailers with the
- * head (413 beyond), as Node limits them, not its chunk sizes and CRLFs.
- * One request at a time: the parser pauses at the end of each.
- *
- * Framing is strict, so that the server and anything in front of it never
- * disagree where a request ends (request smuggling): llhttp's strict mode
- * (meson.build takes no lenient llhttp), none of its lenient flags, and
- * the server's own checks of the header lines (on_headers_complete). */
+/* http1: see http1.h. Every byte a client sends counts against a limit as
+ * it arrives, and framing is strict (examples/README.md, "Hostile
+ * clients"): llhttp's strict mode (meson.build takes no lenient llhttp),
+ * none of its lenient flags, and the server's own checks of the header
+ * lines (on_headers_complete). The parser pauses at the end of each request. */
 #include "http1.h"
 
 #include <inttypes.h>

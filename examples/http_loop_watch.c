@@ -1,13 +1,9 @@
 /* http_loop_watch: see http_loop_watch.h.
  *
- * Once a second the watch copies its wheel's statistics: the lateness of
- * the callbacks of the last completed second is the difference of the last
- * two copies (uvtw_stats_late_quantile), which /stats shows. With a
- * max_delay, the copy also decides whether to shed: while the p99 of the
- * last second is above the limit, *shedding is 1 (the server then answers
- * new requests 503), until a second is back under it. The p99 is a
- * bucket's upper bound, at most a quarter above the true value (uvtw.h,
- * "Lateness").
+ * The last completed second's lateness is the difference of the wheel's
+ * statistics copied at its start and end (uvtw_stats_late_quantile); its
+ * p99 is a bucket's upper bound, at most a quarter above the true value
+ * (uvtw.h, "Lateness").
  *
  * The wheel samples the loop at every callback it runs: a server's request
  * timeouts, when they fall due. Sampling timers keep a measure when none

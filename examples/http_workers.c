@@ -103,13 +103,10 @@ static int bind_sockets(const char *host, int port, unsigned count, int *fds, ch
         close(fds[j]);
     return -1;
   }
-  if (ipv6) {
-    uv_ip6_name((struct sockaddr_in6 *)&addr, ip, sizeof ip);
-    snprintf(name, name_size, "[%s]:%d", ip, ntohs(((struct sockaddr_in6 *)&addr)->sin6_port));
-  } else {
-    uv_ip4_name((struct sockaddr_in *)&addr, ip, sizeof ip);
-    snprintf(name, name_size, "%s:%d", ip, ntohs(((struct sockaddr_in *)&addr)->sin_port));
-  }
+  uv_ip_name((struct sockaddr *)&addr, ip, sizeof ip);
+  snprintf(name, name_size, "%s%s%s:%d", ipv6 ? "[" : "", ip, ipv6 ? "]" : "",
+           ntohs(ipv6 ? ((struct sockaddr_in6 *)&addr)->sin6_port
+                      : ((struct sockaddr_in *)&addr)->sin_port));
   return 0;
 }
 

@@ -1,9 +1,7 @@
 #!/bin/sh
 # examples/http_server under wrk, as rows of a Markdown table: requests/s,
-# p50 and p99 latency, and the CPU the load generator (wrk) and the server
-# took, in cores (CPU seconds per second of the run: 1.00 is one core busy
-# throughout), with the load average before and after the runs, since the
-# machine may be shared. Each run lasts DURATION_S. Loopback only.
+# p50 and p99 latency, and the CPU wrk and the server took, in cores (CPU
+# seconds per second of the run), with the load average before and after.
 #
 # usage: examples/bench_http.sh [BUILD_DIR] [DURATION_S] [timers [ROUNDS]]
 #        (defaults: build 10; needs wrk, and node for the load table;

@@ -235,10 +235,8 @@ static int listen_on(http_server_t *s) {
   }
   s->listen_fd = fd;
   s->listener.data = s;
-  if (addr.ss_family == AF_INET6)
-    s->listening_port = ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
-  else
-    s->listening_port = ntohs(((struct sockaddr_in *)&addr)->sin_port);
+  s->listening_port = ntohs(addr.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&addr)->sin6_port
+                                                       : ((struct sockaddr_in *)&addr)->sin_port);
   return 0;
 }
 

@@ -277,14 +277,6 @@ static void print_final(workers_t *all) {
   fflush(stdout);
 }
 
-static void start_signals(workers_t *all) {
-  uv_signal_init(all->loop, &all->sigint);
-  uv_signal_init(all->loop, &all->sigterm);
-  all->sigint.data = all->sigterm.data = all;
-  uv_signal_start(&all->sigint, on_signal, SIGINT);
-  uv_signal_start(&all->sigterm, on_signal, SIGTERM);
-}
-
 /* Starts a thread per worker until one cannot start: that worker and the
  * ones after it are marked finished, their sockets closed. Returns how many
  * started (the caller then drains those). */
@@ -375,7 +367,11 @@ int http_workers_run(const http_server_config_t *config, const uvtw_options_t *w
   uv_sem_init(&all.started, 0);
   uv_async_init(all.loop, &all.finished, on_worker_finished);
   all.finished.data = &all;
-  start_signals(&all);
+  uv_signal_init(all.loop, &all.sigint);
+  uv_signal_init(all.loop, &all.sigterm);
+  all.sigint.data = all.sigterm.data = &all;
+  uv_signal_start(&all.sigint, on_signal, SIGINT);
+  uv_signal_start(&all.sigterm, on_signal, SIGTERM);
   started = start_threads(&all);
   failed = started < count;
   for (i = 0; i < started; i++)

@@ -1,5 +1,4 @@
-/* loadgen: the server under test (see loadgen.h), for the demo, the load
- * test and test_idle_server.c. */
+/* loadgen: the server under test (see loadgen.h). */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif

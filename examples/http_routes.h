@@ -1,7 +1,5 @@
 /* http_routes: what the example server answers (http_routes.c), GET
- * /delay?ms=N among it (http_delay.c): the answer prepared on the thread
- * pool and sent when a task it puts on the server's wheel from there is
- * due, uvtw's cross-thread side, readable on its own. */
+ * /delay?ms=N among it (http_delay.c: uvtw's cross-thread side). */
 #ifndef UVTW_EXAMPLES_HTTP_ROUTES_H
 #define UVTW_EXAMPLES_HTTP_ROUTES_H
 

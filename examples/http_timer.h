@@ -1,12 +1,8 @@
 /* http_timer: the connection timers of the example server, behind one small
- * interface with two variants that Meson picks between: http_timer_uvtw.c
- * (a timer on the server's uvtw wheel: the example) and http_timer_uv.c (one
- * uv_timer_t each: the benchmark's comparison, http_server_uvtimer). The
- * rest of the server is the same for both.
- *
+ * interface with two variants: http_timer_uvtw.c (the example) and, with
+ * HTTP_TIMER_UV, http_timer_uv.c (one uv_timer_t each, http_server_uvtimer).
  * A timer is one-shot; its callback gets the timer, and the timer's data.
- * The one seam is here: Meson compiles the server with HTTP_TIMER_UV for
- * the second, and a connection holds its timers as plain members. */
+ * A connection holds its timers as plain members. */
 #ifndef UVTW_EXAMPLES_HTTP_TIMER_H
 #define UVTW_EXAMPLES_HTTP_TIMER_H
 

@@ -57,8 +57,6 @@ struct workers_s {
   _Atomic uint64_t fd_burst_end; /* the workers' descriptors are the process's */
 };
 
-/* ---- Listening sockets ------------------------------------------------------- */
-
 /* Binds one socket per worker to host:port, each with SO_REUSEPORT when
  * there are several; port 0 is the port the first one gets. Writes the
  * address bound to `name` ("HOST:PORT"). Returns 0, or -1 after saying why
@@ -109,8 +107,6 @@ static int bind_sockets(const char *host, int port, unsigned count, int *fds, ch
                       : ((struct sockaddr_in *)&addr)->sin_port));
   return 0;
 }
-
-/* ---- Stats for the whole process ---------------------------------------------- */
 
 /* Every worker's stats, for /stats and /metrics on `self`'s loop: its own
  * as they are now, the others' as they published them when their loops

@@ -14,8 +14,6 @@
 const char *const lg_kind_names[LG_KINDS] = {"good keep-alive", "idle keep-alive", "silent",
                                              "slowloris",       "slow body",       "delay+abort"};
 
-/* ---- Clients ---------------------------------------------------------------- */
-
 enum client_state {
   CS_WAITING, /* not connected yet */
   CS_CONNECTING,

@@ -1,6 +1,6 @@
 /* The scheduling core: entries on the loop's clock, the one uv_timer_t
  * armed to the earliest, passes, and keeping the loop alive. It knows
- * entries with a callback, not timers or tasks (internal.h).
+ * entries with a callback, not timers or tasks (core.h).
  *
  * An entry's life: uvtw__entry_add files its node in the pure wheel
  * (wheel.c) and, if it is now the earliest, arms the wheel's one uv_timer_t
@@ -64,7 +64,11 @@
  * loop's first iteration, so that a task scheduled before it keeps the
  * loop alive; the uv_prepare_t never is.
  */
-#include "internal.h"
+#include "core.h"
+
+/* libuv 1.48 and later collect a timer phase's due timers at its start and
+ * run a uv_timer_t started in that phase in the next one. */
+#define LIBUV_COLLECTS_DUE_TIMERS (1u << 16 | 48u << 8)
 
 /* The public uvtw_timer_t keeps the wheel's node in a field of its own
  * type, with the same layout. */

@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "life.h"
+#include "tasks.h"
+#include "timer.h"
 
 enum { WHEEL_HANDLES = 3 };
 

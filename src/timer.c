@@ -2,7 +2,7 @@
  * uv_timer_* (src/timer.c there). A timer is an entry of the core (core.c)
  * whose callback is timer_fire: it counts the fire, files a repeating
  * timer again, then runs the program's callback, kept in the timer's cb_. */
-#include "internal.h"
+#include "timer.h"
 
 /* The callback of a timer's entry, once it has left the wheel. A repeating
  * timer is filed again first, from the clock's now, like uv_timer_t, so it

@@ -1,20 +1,23 @@
-/* The wheel object, and the calls between the glue's files. Nothing here is
- * public. Each file calls only the files below it:
+/* The wheel object and the scheduling core's calls (core.c). Nothing here
+ * is public. Each file calls only the files below it, and includes only
+ * their headers:
  *
- *   life.c     the wheel's life: new, close, references, stats; its
- *              handles, and the ring of the wheels of one loop
+ *   life.c     (life.h) the wheel's life: new, close, references, stats;
+ *              its handles, and the ring of the wheels of one loop
  *   manual.c   the manual clock: uvtw_wheel_advance, _advance_next, _now
- *   timer.c    uvtw_timer_*: loop-thread timers, an entry each
- *   tasks.c    uvtw_schedule and tickets: cross-thread tasks, an entry each
- *   core.c     the scheduling core: the clock and ticks, filing and
- *              unlinking entries, arming the uv_timer_t, passes, references
+ *   timer.c    (timer.h) uvtw_timer_*: loop-thread timers, an entry each
+ *   tasks.c    (tasks.h) uvtw_schedule and tickets: cross-thread tasks,
+ *              an entry each
+ *   core.c     (core.h) the scheduling core: the clock and ticks, filing
+ *              and unlinking entries, arming the uv_timer_t, passes,
+ *              references
  *   wheel.c mpsc.c pool.c late.c    pure: no libuv, no wheel object
  *
  * The core knows entries with a callback, not timers or tasks: life.c gives
  * it, at uvtw_wheel_new, the callback of each kind of entry (timer.c's and
  * tasks.c's trampolines) and what runs where a pass ends. */
-#ifndef UVTW_INTERNAL_H
-#define UVTW_INTERNAL_H
+#ifndef UVTW_CORE_H
+#define UVTW_CORE_H
 
 #include "check.h"
 #include "late.h"
@@ -26,10 +29,6 @@
 /* Flags in an entry's `wheel_` (the wheel's address is 8-byte aligned). */
 #define ENTRY_UNREF ((uintptr_t)1) /* does not keep the loop alive */
 #define ENTRY_TASK ((uintptr_t)2)  /* a task's entry (tasks.c); else a timer's (timer.c) */
-
-/* libuv 1.48 and later collect a timer phase's due timers at its start and
- * run a uv_timer_t started in that phase in the next one (core.c). */
-#define LIBUV_COLLECTS_DUE_TIMERS (1u << 16 | 48u << 8)
 
 typedef struct uvtw_shared_s uvtw_shared_t;
 
@@ -110,8 +109,6 @@ static inline void uvtw__entry_init(uvtw_timer_t *entry, uvtw_wheel_t *w, uintpt
   entry->cb_ = NULL;
   entry->repeat_ = 0;
 }
-
-/* ---- core.c ---------------------------------------------------------------- */
 
 void uvtw__core_init(uvtw_wheel_t *w, uv_loop_t *loop, uint32_t tick_ms, bool manual);
 
@@ -196,36 +193,9 @@ static inline void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
   uvtw__entry_unlinked(w, entry);
 }
 
-/* ---- timer.c and tasks.c, for life.c ---------------------------------------- */
-
-void uvtw__timer_fire(uvtw_timer_t *entry);
-void uvtw__task_fire(uvtw_timer_t *entry);
-int uvtw__tasks_open(uvtw_wheel_t *w, uint32_t max_pending);
-void uvtw__tasks_release(uvtw_shared_t *sh);
-/* Takes in everything queued (at every pass's end and in the uv_async_t's
- * callback); false if nothing was. */
-bool uvtw__tasks_drain(uvtw_wheel_t *w);
-/* Shuts the queue, waits for senders to leave it, and ends every task
- * still queued with UV_ECANCELED. */
-void uvtw__tasks_close(uvtw_wheel_t *w);
-/* Takes from `active` the tasks another thread cancelled that the loop has
- * not let go of yet. */
-void uvtw__tasks_stats(const uvtw_wheel_t *w, uvtw_stats_t *out);
-/* The bytes the wheel's task blocks hold (pool.c), for tests. */
-uint64_t uvtw__tasks_bytes(const uvtw_wheel_t *w);
-
 #ifdef UVTW_CHECKS
-/* The invariant checker (-Dchecks, life.c): NULL, or the invariant that
- * fails. Loop thread, outside the wheel's callbacks, or inside another
- * handle's; O(slots + entries). It checks the pure wheel's structure
- * (wheel.c), then every entry, the counts and the references, the arming
- * (core.c), and the tasks and the counters other threads share (tasks.c). */
-const char *uvtw__check(const uvtw_wheel_t *w);
+/* The arming's part of uvtw__check (life.h). */
 const char *uvtw__arming_check(const uvtw_wheel_t *w);
-bool uvtw__task_check(const uvtw_timer_t *entry, uint64_t *cancelled);
-int64_t uvtw__tasks_linked(const uvtw_wheel_t *w);
-const char *uvtw__tasks_check(const uvtw_wheel_t *w, int64_t linked, uint64_t tasks,
-                              uint64_t cancelled);
 #endif
 
 #endif

@@ -93,6 +93,24 @@ void uvtw__update_refs(uvtw_wheel_t *w) {
     (may_keep_alive && !(w->flags & WHEEL_LOOP_RAN) ? uv_ref : uv_unref)((uv_handle_t *)&w->async);
 }
 
+void uvtw__loop_ran(uvtw_wheel_t *w) {
+  if (w->flags & WHEEL_LOOP_RAN)
+    return;
+  w->flags |= WHEEL_LOOP_RAN;
+  uvtw__update_refs(w);
+}
+
+void uvtw__entry_set_unref(uvtw_timer_t *entry, uintptr_t unref) {
+  uvtw_wheel_t *w = uvtw__wheel_of(entry);
+  if ((entry->wheel_ & ENTRY_UNREF) == unref)
+    return;
+  entry->wheel_ ^= ENTRY_UNREF;
+  if (wheel_node_linked(uvtw__node_of(entry))) {
+    w->unrefs = unref ? w->unrefs + 1 : w->unrefs - 1;
+    uvtw__update_refs(w);
+  }
+}
+
 /* The one place that changes the arming and calls libuv for it. In TIMER
  * and HELD the uv_timer_t is started for `deadline` while anything is
  * pending (with nothing, they are IDLE), in WAIT always; COLLECTED and
@@ -179,8 +197,7 @@ void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
     uvtw__wheel_expire(&w->wheel, now);
     w->wheel.scratch_max = scratch_max;
   }
-  uvtw__wheel_insert(&w->wheel, uvtw__node_of(entry), deadline);
-  uvtw__entry_filed(w, entry);
+  uvtw__entry_insert(w, entry, deadline);
   /* WAIT holds back what is due now; out of HELD, the earliest entry arms. */
   uint64_t at = to == ARM_WAIT          ? now
                 : w->arming == ARM_HELD ? uvtw__wheel_next_deadline(&w->wheel)

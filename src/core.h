@@ -137,6 +137,12 @@ static inline uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms) {
 }
 /* References the handles as the pending entries and the flags say. */
 void uvtw__update_refs(uvtw_wheel_t *w);
+/* The loop has run an iteration, or a timer was started: the uv_async_t
+ * lets go of the loop (WHEEL_LOOP_RAN). */
+void uvtw__loop_ran(uvtw_wheel_t *w);
+/* Sets (ENTRY_UNREF) or clears (0) an entry's ENTRY_UNREF; a pending entry
+ * moves between the referenced entries and the unref'd ones. */
+void uvtw__entry_set_unref(uvtw_timer_t *entry, uintptr_t unref);
 /* Files an entry that is in no list at `deadline` (ticks) and decides the
  * arming. */
 void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline);
@@ -164,9 +170,11 @@ void uvtw__fire_expired(uvtw_wheel_t *w);
  * program) and every entry moves to the expired list. */
 void uvtw__core_close(uvtw_wheel_t *w);
 
-/* After `entry` is filed with uvtw__wheel_insert: the first referenced
- * entry references the handles. Inline: every start runs it. */
-static inline void uvtw__entry_filed(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
+/* Files an entry that is in no list at `deadline` (ticks) in the pure
+ * wheel, deciding nothing: the first referenced entry references the
+ * handles. Inline: every start runs it. */
+static inline void uvtw__entry_insert(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
+  uvtw__wheel_insert(&w->wheel, uvtw__node_of(entry), deadline);
   if (entry->wheel_ & ENTRY_UNREF)
     w->unrefs++;
   else if (w->wheel.count - w->unrefs == 1)
@@ -178,7 +186,7 @@ void uvtw__release_loop(uvtw_wheel_t *w);
 
 /* After `entry` is unlinked: updates the counts, and lets go of the loop
  * and stops the uv_timer_t when the last referenced entry, or the last
- * entry, has left. Inline, as uvtw__entry_filed. */
+ * entry, has left. Inline, as uvtw__entry_insert. */
 static inline void uvtw__entry_unlinked(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
   bool unref = entry->wheel_ & ENTRY_UNREF;
   if (unref)

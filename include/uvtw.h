@@ -178,7 +178,7 @@ struct uvtw_timer_s {
     uint64_t deadline_;
     uint64_t seq_;
   } node_;
-  uintptr_t wheel_; /* the wheel's address; low bits: flags (src/internal.h) */
+  uintptr_t wheel_; /* the wheel's address; low bits: flags (src/core.h) */
   uvtw_timer_cb cb_;
   uint64_t repeat_;
 };

@@ -1,6 +1,6 @@
 /* The scheduling core: entries on the loop's clock, the one uv_timer_t
  * armed to the earliest, passes, and keeping the loop alive. It knows
- * entries with a callback, not timers or tasks (internal.h).
+ * entries with a callback, not timers or tasks (core.h).
  *
  * An entry's life: uvtw__entry_add files its node in the pure wheel
  * (wheel.c) and, if it is now the earliest, arms the wheel's one uv_timer_t
@@ -64,7 +64,11 @@
  * loop's first iteration, so that a task scheduled before it keeps the
  * loop alive; the uv_prepare_t never is.
  */
-#include "internal.h"
+#include "core.h"
+
+/* libuv 1.48 and later collect a timer phase's due timers at its start and
+ * run a uv_timer_t started in that phase in the next one. */
+#define LIBUV_COLLECTS_DUE_TIMERS (1u << 16 | 48u << 8)
 
 /* The public uvtw_timer_t keeps the wheel's node in a field of its own
  * type, with the same layout. */
@@ -87,6 +91,24 @@ void uvtw__update_refs(uvtw_wheel_t *w) {
     (keep_alive ? uv_ref : uv_unref)((uv_handle_t *)&w->timer);
   if (uvtw__handle_open(&w->async))
     (may_keep_alive && !(w->flags & WHEEL_LOOP_RAN) ? uv_ref : uv_unref)((uv_handle_t *)&w->async);
+}
+
+void uvtw__loop_ran(uvtw_wheel_t *w) {
+  if (w->flags & WHEEL_LOOP_RAN)
+    return;
+  w->flags |= WHEEL_LOOP_RAN;
+  uvtw__update_refs(w);
+}
+
+void uvtw__entry_set_unref(uvtw_timer_t *entry, uintptr_t unref) {
+  uvtw_wheel_t *w = uvtw__wheel_of(entry);
+  if ((entry->wheel_ & ENTRY_UNREF) == unref)
+    return;
+  entry->wheel_ ^= ENTRY_UNREF;
+  if (wheel_node_linked(uvtw__node_of(entry))) {
+    w->unrefs = unref ? w->unrefs + 1 : w->unrefs - 1;
+    uvtw__update_refs(w);
+  }
 }
 
 /* The one place that changes the arming and calls libuv for it. In TIMER
@@ -175,8 +197,7 @@ void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
     uvtw__wheel_expire(&w->wheel, now);
     w->wheel.scratch_max = scratch_max;
   }
-  uvtw__wheel_insert(&w->wheel, uvtw__node_of(entry), deadline);
-  uvtw__entry_filed(w, entry);
+  uvtw__entry_insert(w, entry, deadline);
   /* WAIT holds back what is due now; out of HELD, the earliest entry arms. */
   uint64_t at = to == ARM_WAIT          ? now
                 : w->arming == ARM_HELD ? uvtw__wheel_next_deadline(&w->wheel)

@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "life.h"
+#include "tasks.h"
+#include "timer.h"
 
 enum { WHEEL_HANDLES = 3 };
 
@@ -41,10 +43,7 @@ static bool pass_end(uvtw_wheel_t *w) {
 
 static void on_async(uv_async_t *handle) {
   uvtw_wheel_t *w = container_of(handle, uvtw_wheel_t, async);
-  if (!(w->flags & WHEEL_LOOP_RAN)) {
-    w->flags |= WHEEL_LOOP_RAN;
-    uvtw__update_refs(w);
-  }
+  uvtw__loop_ran(w);
   w->stats.remote_batches += uvtw__tasks_drain(w);
 }
 

@@ -2,7 +2,7 @@
  * only by uvtw_wheel_advance and uvtw_wheel_advance_next, which run the
  * passes themselves, one per distinct due time, in the caller's stack. The
  * uv_timer_t is never started (core.c's arming stays IDLE). */
-#include "internal.h"
+#include "tasks.h"
 
 uint64_t uvtw_wheel_now(const uvtw_wheel_t *w) {
   return uvtw__clock_ms(w);

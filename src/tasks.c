@@ -53,9 +53,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "internal.h"
 #include "mpsc.h"
 #include "pool.h"
+#include "tasks.h"
 
 enum task_state {
   TASK_QUEUED,

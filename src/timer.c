@@ -2,7 +2,7 @@
  * uv_timer_* (src/timer.c there). A timer is an entry of the core (core.c)
  * whose callback is timer_fire: it counts the fire, files a repeating
  * timer again, then runs the program's callback, kept in the timer's cb_. */
-#include "internal.h"
+#include "timer.h"
 
 /* The callback of a timer's entry, once it has left the wheel. A repeating
  * timer is filed again first, from the clock's now, like uv_timer_t, so it
@@ -25,10 +25,7 @@ void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
  * (see uvtw__entry_add). */
 UVTW_NOINLINE static int start_deciding(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline,
                                         uint64_t timeout) {
-  if (!(w->flags & WHEEL_LOOP_RAN)) { /* the loop is being set up: the uv_async_t lets go */
-    w->flags |= WHEEL_LOOP_RAN;
-    uvtw__update_refs(w);
-  }
+  uvtw__loop_ran(w); /* the loop is being set up: the uv_async_t lets go */
   if (wheel_node_linked(uvtw__node_of(timer))) {
     /* A restart. Pushed later, an entry may stay where it is, and the
      * earliest deadline cannot move earlier; but one made due (timeout 0)
@@ -62,8 +59,7 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   if (wheel_node_linked(uvtw__node_of(timer)) || timeout == 0 || w->wheel.count == 0 ||
       deadline < w->armed_at || w->arming == ARM_HELD)
     return start_deciding(w, timer, deadline, timeout);
-  uvtw__wheel_insert(&w->wheel, uvtw__node_of(timer), deadline);
-  uvtw__entry_filed(w, timer);
+  uvtw__entry_insert(w, timer, deadline);
   return 0;
 }
 
@@ -108,25 +104,12 @@ uint64_t uvtw_timer_get_due_in(const uvtw_timer_t *timer) {
   return due > now ? due - now : 0;
 }
 
-/* Sets or clears ENTRY_UNREF; a pending timer moves between the referenced
- * entries and the unref'd ones. */
-static void set_unref(uvtw_timer_t *timer, uintptr_t unref) {
-  uvtw_wheel_t *w = uvtw__wheel_of(timer);
-  if ((timer->wheel_ & ENTRY_UNREF) == unref)
-    return;
-  timer->wheel_ ^= ENTRY_UNREF;
-  if (wheel_node_linked(uvtw__node_of(timer))) {
-    w->unrefs = unref ? w->unrefs + 1 : w->unrefs - 1;
-    uvtw__update_refs(w);
-  }
-}
-
 void uvtw_timer_ref(uvtw_timer_t *timer) {
-  set_unref(timer, 0);
+  uvtw__entry_set_unref(timer, 0);
 }
 
 void uvtw_timer_unref(uvtw_timer_t *timer) {
-  set_unref(timer, ENTRY_UNREF);
+  uvtw__entry_set_unref(timer, ENTRY_UNREF);
 }
 
 int uvtw_timer_has_ref(const uvtw_timer_t *timer) {

@@ -36,8 +36,8 @@
 
 #include <uv.h>
 
-#include "src/internal.h" /* uvtw__tasks_bytes */
-#include "src/pool.h"     /* the pool's sizes, spares and budget */
+#include "src/pool.h"  /* the pool's sizes, spares and budget */
+#include "src/tasks.h" /* uvtw__tasks_bytes */
 #include "tap.h"
 #include "uvtw.h"
 

@@ -1,5 +1,5 @@
 /* The public API on a real loop against a model, with the library's
- * invariant checker (uvtw__check, src/internal.h) after every step: the
+ * invariant checker (uvtw__check, src/life.h) after every step: the
  * randomized counterpart of test_wheel.c's model of the pure wheel, for
  * the glue (src/core.c, timer.c, tasks.c, manual.c, life.c) (TAP).
  *
@@ -71,7 +71,7 @@
 #include "tap.h"
 #include "uvtw.h"
 #ifdef UVTW_CHECKS
-#include "internal.h" /* uvtw__check */
+#include "life.h" /* uvtw__check */
 #endif
 
 #define NS_PER_MS UINT64_C(1000000)

@@ -1,6 +1,6 @@
 /* Fuzz target: the public API (include/uvtw.h) on two wheels of one loop,
  * against a model of its contract, with the invariant checker (uvtw__check,
- * src/internal.h, in builds with -Dchecks) after every step.
+ * src/life.h, in builds with -Dchecks) after every step.
  *
  * The manual wheel. The input chooses its tick (1 ms or larger) and task
  * limit, then is a program of operations, run at the top level and, as
@@ -86,7 +86,7 @@
 #include "fuzz.h"
 #include "uvtw.h"
 #ifdef UVTW_CHECKS
-#include "internal.h" /* uvtw__check */
+#include "life.h" /* uvtw__check */
 #endif
 
 /* uvtw_timer_again with repeat 0 does nothing and returns 0 (an active

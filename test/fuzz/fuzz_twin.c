@@ -31,7 +31,8 @@
 #include "uvtw.h"
 #include "vclock.h"
 #ifdef UVTW_CHECKS
-#include "../../src/internal.h"
+#include "../../src/core.h" /* uvtw__arming_check */
+#include "../../src/life.h" /* uvtw__check */
 #endif
 
 enum { PAIRS = 8, FIRES = 8, ACTORS = 7, ACTS = 4, MAX_ITER = 300 };

@@ -1,20 +1,23 @@
-/* The wheel object, and the calls between the glue's files. Nothing here is
- * public. Each file calls only the files below it:
+/* The wheel object and the scheduling core's calls (core.c). Nothing here
+ * is public. Each file calls only the files below it, and includes only
+ * their headers:
  *
- *   life.c     the wheel's life: new, close, references, stats; its
- *              handles, and the ring of the wheels of one loop
+ *   life.c     (life.h) the wheel's life: new, close, references, stats;
+ *              its handles, and the ring of the wheels of one loop
  *   manual.c   the manual clock: uvtw_wheel_advance, _advance_next, _now
- *   timer.c    uvtw_timer_*: loop-thread timers, an entry each
- *   tasks.c    uvtw_schedule and tickets: cross-thread tasks, an entry each
- *   core.c     the scheduling core: the clock and ticks, filing and
- *              unlinking entries, arming the uv_timer_t, passes, references
+ *   timer.c    (timer.h) uvtw_timer_*: loop-thread timers, an entry each
+ *   tasks.c    (tasks.h) uvtw_schedule and tickets: cross-thread tasks,
+ *              an entry each
+ *   core.c     (core.h) the scheduling core: the clock and ticks, filing
+ *              and unlinking entries, arming the uv_timer_t, passes,
+ *              references
  *   wheel.c mpsc.c pool.c late.c    pure: no libuv, no wheel object
  *
  * The core knows entries with a callback, not timers or tasks: life.c gives
  * it, at uvtw_wheel_new, the callback of each kind of entry (timer.c's and
  * tasks.c's trampolines) and what runs where a pass ends. */
-#ifndef UVTW_INTERNAL_H
-#define UVTW_INTERNAL_H
+#ifndef UVTW_CORE_H
+#define UVTW_CORE_H
 
 #include "check.h"
 #include "late.h"
@@ -26,10 +29,6 @@
 /* Flags in an entry's `wheel_` (the wheel's address is 8-byte aligned). */
 #define ENTRY_UNREF ((uintptr_t)1) /* does not keep the loop alive */
 #define ENTRY_TASK ((uintptr_t)2)  /* a task's entry (tasks.c); else a timer's (timer.c) */
-
-/* libuv 1.48 and later collect a timer phase's due timers at its start and
- * run a uv_timer_t started in that phase in the next one (core.c). */
-#define LIBUV_COLLECTS_DUE_TIMERS (1u << 16 | 48u << 8)
 
 typedef struct uvtw_shared_s uvtw_shared_t;
 
@@ -111,8 +110,6 @@ static inline void uvtw__entry_init(uvtw_timer_t *entry, uvtw_wheel_t *w, uintpt
   entry->repeat_ = 0;
 }
 
-/* ---- core.c ---------------------------------------------------------------- */
-
 void uvtw__core_init(uvtw_wheel_t *w, uv_loop_t *loop, uint32_t tick_ms, bool manual);
 
 /* The wheel's clock in ms. */
@@ -140,6 +137,12 @@ static inline uint64_t uvtw__ticks_up(const uvtw_wheel_t *w, uint64_t ms) {
 }
 /* References the handles as the pending entries and the flags say. */
 void uvtw__update_refs(uvtw_wheel_t *w);
+/* The loop has run an iteration, or a timer was started: the uv_async_t
+ * lets go of the loop (WHEEL_LOOP_RAN). */
+void uvtw__loop_ran(uvtw_wheel_t *w);
+/* Sets (ENTRY_UNREF) or clears (0) an entry's ENTRY_UNREF; a pending entry
+ * moves between the referenced entries and the unref'd ones. */
+void uvtw__entry_set_unref(uvtw_timer_t *entry, uintptr_t unref);
 /* Files an entry that is in no list at `deadline` (ticks) and decides the
  * arming. */
 void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline);
@@ -167,9 +170,11 @@ void uvtw__fire_expired(uvtw_wheel_t *w);
  * program) and every entry moves to the expired list. */
 void uvtw__core_close(uvtw_wheel_t *w);
 
-/* After `entry` is filed with uvtw__wheel_insert: the first referenced
- * entry references the handles. Inline: every start runs it. */
-static inline void uvtw__entry_filed(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
+/* Files an entry that is in no list at `deadline` (ticks) in the pure
+ * wheel, deciding nothing: the first referenced entry references the
+ * handles. Inline: every start runs it. */
+static inline void uvtw__entry_insert(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
+  uvtw__wheel_insert(&w->wheel, uvtw__node_of(entry), deadline);
   if (entry->wheel_ & ENTRY_UNREF)
     w->unrefs++;
   else if (w->wheel.count - w->unrefs == 1)
@@ -181,7 +186,7 @@ void uvtw__release_loop(uvtw_wheel_t *w);
 
 /* After `entry` is unlinked: updates the counts, and lets go of the loop
  * and stops the uv_timer_t when the last referenced entry, or the last
- * entry, has left. Inline, as uvtw__entry_filed. */
+ * entry, has left. Inline, as uvtw__entry_insert. */
 static inline void uvtw__entry_unlinked(uvtw_wheel_t *w, const uvtw_timer_t *entry) {
   bool unref = entry->wheel_ & ENTRY_UNREF;
   if (unref)
@@ -196,36 +201,9 @@ static inline void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
   uvtw__entry_unlinked(w, entry);
 }
 
-/* ---- timer.c and tasks.c, for life.c ---------------------------------------- */
-
-void uvtw__timer_fire(uvtw_timer_t *entry);
-void uvtw__task_fire(uvtw_timer_t *entry);
-int uvtw__tasks_open(uvtw_wheel_t *w, uint32_t max_pending);
-void uvtw__tasks_release(uvtw_shared_t *sh);
-/* Takes in everything queued (at every pass's end and in the uv_async_t's
- * callback); false if nothing was. */
-bool uvtw__tasks_drain(uvtw_wheel_t *w);
-/* Shuts the queue, waits for senders to leave it, and ends every task
- * still queued with UV_ECANCELED. */
-void uvtw__tasks_close(uvtw_wheel_t *w);
-/* Takes from `active` the tasks another thread cancelled that the loop has
- * not let go of yet. */
-void uvtw__tasks_stats(const uvtw_wheel_t *w, uvtw_stats_t *out);
-/* The bytes the wheel's task blocks hold (pool.c), for tests. */
-uint64_t uvtw__tasks_bytes(const uvtw_wheel_t *w);
-
 #ifdef UVTW_CHECKS
-/* The invariant checker (-Dchecks, life.c): NULL, or the invariant that
- * fails. Loop thread, outside the wheel's callbacks, or inside another
- * handle's; O(slots + entries). It checks the pure wheel's structure
- * (wheel.c), then every entry, the counts and the references, the arming
- * (core.c), and the tasks and the counters other threads share (tasks.c). */
-const char *uvtw__check(const uvtw_wheel_t *w);
+/* The arming's part of uvtw__check (life.h). */
 const char *uvtw__arming_check(const uvtw_wheel_t *w);
-bool uvtw__task_check(const uvtw_timer_t *entry, uint64_t *cancelled);
-int64_t uvtw__tasks_linked(const uvtw_wheel_t *w);
-const char *uvtw__tasks_check(const uvtw_wheel_t *w, int64_t linked, uint64_t tasks,
-                              uint64_t cancelled);
 #endif
 
 #endif

@@ -183,20 +183,14 @@ UVTW_NOINLINE void uvtw__release_loop(uvtw_wheel_t *w) {
 
 /* Files `entry` and decides the arming (see the top of this file). A
  * COLLECTED pass's entries are expired before the entry is filed; an empty
- * wheel catches up with the clock, so the entry is filed low. A start
- * allocates nothing: that expiry sorts a slot the scratch array cannot hold
- * without growing it (the merge sort). */
+ * wheel catches up with the clock, so the entry is filed low. */
 void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
   uint64_t now = uvtw__now_ticks(w);
   enum arming to = w->arming;
   if (!(w->flags & WHEEL_MANUAL) && (to == ARM_IDLE || to == ARM_TIMER || to == ARM_HELD))
     to = deadline <= now ? w->policy.due_filed(w, now) : ARM_TIMER;
-  if ((to == ARM_COLLECTED && w->arming != ARM_COLLECTED) || w->wheel.count == 0) {
-    size_t scratch_max = w->wheel.scratch_max;
-    w->wheel.scratch_max = 0;
+  if ((to == ARM_COLLECTED && w->arming != ARM_COLLECTED) || w->wheel.count == 0)
     uvtw__wheel_expire(&w->wheel, now);
-    w->wheel.scratch_max = scratch_max;
-  }
   uvtw__entry_insert(w, entry, deadline);
   /* WAIT holds back what is due now; out of HELD, the earliest entry arms. */
   uint64_t at = to == ARM_WAIT          ? now

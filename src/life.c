@@ -24,7 +24,6 @@ static void finish_close(uvtw_wheel_t *w) {
   if (w->close_cb != NULL)
     w->close_cb(w, w->close_arg);
   uvtw__tasks_release(w->shared);
-  uvtw__wheel_fini(&w->wheel);
   free(w);
 }
 

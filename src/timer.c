@@ -23,18 +23,10 @@ void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
 
 /* A start that decides something: a restart, or a filing that may arm
  * (see uvtw__entry_add). */
-UVTW_NOINLINE static int start_deciding(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline,
-                                        uint64_t timeout) {
+UVTW_NOINLINE static int start_deciding(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline) {
   uvtw__loop_ran(w); /* the loop is being set up: the uv_async_t lets go */
-  if (wheel_node_linked(uvtw__node_of(timer))) {
-    /* A restart. Pushed later, an entry may stay where it is, and the
-     * earliest deadline cannot move earlier; but one made due (timeout 0)
-     * is filed anew, so that the arming decides which pass runs it
-     * (COLLECTED), and so is one on a HELD wheel, which a filing arms. */
+  if (wheel_node_linked(uvtw__node_of(timer))) { /* a restart */
     w->stats.stopped++;
-    if (timeout != 0 && w->arming != ARM_HELD &&
-        uvtw__wheel_postpone(&w->wheel, uvtw__node_of(timer), deadline))
-      return 0;
     uvtw__entry_remove(w, timer);
   }
   uvtw__entry_add(w, timer, deadline);
@@ -58,7 +50,7 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
    * (bench/README.md). */
   if (wheel_node_linked(uvtw__node_of(timer)) || timeout == 0 || w->wheel.count == 0 ||
       deadline < w->armed_at || w->arming == ARM_HELD)
-    return start_deciding(w, timer, deadline, timeout);
+    return start_deciding(w, timer, deadline);
   uvtw__entry_insert(w, timer, deadline);
   return 0;
 }

@@ -26,39 +26,36 @@
  * occupied slot, found by looking for the first non-zero bitmap word and
  * counting its trailing zeros.
  *
+ * Every slot is a list in firing order, (deadline, start order `seq`),
+ * unless it is marked unsorted. Entries are appended at a slot's tail: an
+ * entry due before the tail (timeouts of different lengths meeting in one
+ * upper slot) marks the slot unsorted. A level-0 slot is always in order:
+ * its entries share a deadline and are appended as they start, or cascade
+ * into it, in their upper slot's order, before its 4,096 ticks begin.
+ *
  * uvtw__wheel_expire(now) repeatedly takes that earliest slot while it
- * starts at or before `now`, moves the wheel's time to the slot's start and
- * either moves its entries to the expired list (level 0: they all have
- * exactly that deadline) or files them again against the new time, which
- * puts each on a lower level (the cascade). Entries never expire before
- * their deadline and a cascade keeps the exact deadline.
+ * starts at or before `now` and moves the wheel's time to the slot's start.
+ *   - Level 0: its entries, all due at that tick, join the expired list.
+ *   - A sorted level-1 slot becomes the current slot: the one whose 4,096
+ *     ticks hold the wheel's time. Its entries fire from where they are:
+ *     uvtw__wheel_pop_expired takes the earlier of the expired list's first
+ *     entry and the current slot's first if that is due. No pass walks the
+ *     slot, so the pass that reaches a level-1 slot of 10^6 idle timeouts
+ *     costs what its due entries cost. Once the whole slot is due, it is
+ *     merged into the expired list.
+ *   - Any other upper slot (unsorted, or level 2 and up) is cascaded: its
+ *     entries are filed again against the new time, each on a lower level,
+ *     in the slot's order, so a slot sorted stays sorted.
+ * Entries never expire before their deadline and a cascade keeps the exact
+ * deadline.
  *
- * FIFO among equal deadlines: every entry carries its start order (`seq`),
- * and a level-0 slot, whose entries share one deadline, fires in that
- * order. Entries are appended at a slot's tail. A new entry, started last,
- * belongs there; a cascaded one may not (a direct filing got ahead of it,
- * or it was postponed, below, and its slot holds entries in the order they
- * were first filed, not restarted). Such a filing marks its level-0 slot
- * unsorted, and the expiry sorts the slot (a merge sort: one walk if it is
- * in order, O(k log k) if not) before the slot fires. So the sorting is
- * spread over the passes that fire each millisecond, not done for a whole
- * upper slot in the pass that cascades it.
- *
- * Postponing: a restart to a later deadline of an entry that waits on an
- * upper level leaves the entry where it is and only rewrites its deadline
- * and start order; the cascade that empties its slot files it by the new
- * deadline. An idle timeout pushed back on every read then touches the
- * timer alone, not its two list neighbours (the bench's bump workload). An
- * upper-level entry may therefore sit in an earlier slot than its deadline
- * names, never a later one; level-0 entries are always exact.
- *
- * Each slot head remembers the smallest deadline filed in it; a removal or
- * a postponement can leave that value too low (a lower bound), never too
- * high.
+ * A restart unlinks the entry and files it again, so every entry is in the
+ * slot its deadline names. Each slot head remembers the smallest deadline
+ * filed in it; a removal can leave that value too low (a lower bound),
+ * never too high; a sorted slot's earliest is its first entry's.
  */
 #include "wheel.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -79,103 +76,10 @@ void uvtw__wheel_init(wheel_t *w, uint64_t now) {
   w->ahead = &w->expired;
   for (unsigned index = 0; index < WHEEL_SLOT_COUNT; index++)
     list_init(&w->slots[index]);
-  w->scratch_max = SIZE_MAX / 2 / sizeof *w->scratch;
-}
-
-void uvtw__wheel_fini(wheel_t *w) {
-  free(w->scratch);
-  w->scratch = NULL;
-  w->scratch_size = 0;
-}
-
-/* Merges two chains (NULL-terminated, linked by `next`) in start order. */
-static wheel_node_t *merge_by_seq(wheel_node_t *a, wheel_node_t *b) {
-  wheel_node_t head, *tail = &head;
-  while (a != NULL && b != NULL) {
-    wheel_node_t **first = a->seq <= b->seq ? &a : &b;
-    tail->next = *first;
-    tail = *first;
-    *first = (*first)->next;
-  }
-  tail->next = a != NULL ? a : b;
-  return head.next;
-}
-
-/* A chain merge sorted in start order. */
-static wheel_node_t *sort_by_seq(wheel_node_t *chain) {
-  if (chain->next == NULL)
-    return chain;
-  wheel_node_t *slow = chain, *fast = chain->next;
-  while (fast != NULL && fast->next != NULL) {
-    slow = slow->next;
-    fast = fast->next->next;
-  }
-  wheel_node_t *second = slow->next;
-  slow->next = NULL;
-  return merge_by_seq(sort_by_seq(chain), sort_by_seq(second));
-}
-
-/* Room for `count` pairs twice over in the scratch array; false if there
- * is none (more than scratch_max, or no memory). */
-static bool scratch_for(wheel_t *w, size_t count) {
-  if (count <= w->scratch_size)
-    return true;
-  size_t size = count > 2 * w->scratch_size ? count : 2 * w->scratch_size;
-  wheel_pair_t *bigger =
-      size <= w->scratch_max ? realloc(w->scratch, 2 * size * sizeof *bigger) : NULL;
-  if (bigger == NULL)
-    return false;
-  w->scratch = bigger;
-  w->scratch_size = size;
-  return true;
-}
-
-/* Puts a slot's entries in start order. Through the scratch array: one
- * walk copies each entry's start order and address, a radix sort of the
- * copies (8 bits a round, as many rounds as the spread of start orders
- * needs) runs in cache, and one walk of the array relinks the entries, whose
- * stores do not wait for each other. A linked merge sort instead waits for
- * a cache miss at each of its k log k steps. Without room for the array,
- * the merge sort. */
-static void sort_slot(wheel_t *w, wheel_node_t *head) {
-  size_t count = 0;
-  uint64_t low = head->next->seq, spread = 0;
-  for (wheel_node_t *node = head->next; node != head; node = node->next) {
-    if (!scratch_for(w, count + 1)) {
-      head->prev->next = NULL;
-      node = sort_by_seq(head->next);
-      list_init(head);
-      for (wheel_node_t *next; node != NULL; node = next) {
-        next = node->next;
-        list_append(head, node);
-      }
-      return;
-    }
-    w->scratch[count++] = (wheel_pair_t){node->seq, node};
-    low = node->seq < low ? node->seq : low;
-  }
-  wheel_pair_t *from = w->scratch, *to = w->scratch + w->scratch_size;
-  for (size_t i = 0; i < count; i++)
-    spread |= from[i].seq - low;
-  for (unsigned shift = 0; shift < 64 && spread >> shift != 0; shift += 8) {
-    size_t at[257] = {0};
-    for (size_t i = 0; i < count; i++)
-      at[1 + ((from[i].seq - low) >> shift & 255)]++;
-    for (unsigned digit = 0; digit < 256; digit++)
-      at[digit + 1] += at[digit];
-    for (size_t i = 0; i < count; i++)
-      to[at[(from[i].seq - low) >> shift & 255]++] = from[i];
-    wheel_pair_t *swap = from;
-    from = to;
-    to = swap;
-  }
-  list_init(head);
-  for (size_t i = 0; i < count; i++)
-    list_append(head, from[i].node);
 }
 
 /* The first occupied slot, which holds the earliest entries (slots are in
- * time order); false if none. */
+ * time order) unless the current slot's are earlier; false if none. */
 static bool first_occupied(const wheel_t *w, unsigned *index) {
   for (unsigned word = 0; word < WHEEL_SLOT_COUNT / 64; word++) {
     if (w->occupied[word] != 0) {
@@ -186,70 +90,104 @@ static bool first_occupied(const wheel_t *w, unsigned *index) {
   return false;
 }
 
+static bool is_unsorted(const wheel_t *w, unsigned index) {
+  return w->unsorted[index / 64] & (uint64_t)1 << index % 64;
+}
+
+/* Moves the entries of a sorted slot into the expired list, merged in
+ * firing order. */
+static void merge_expired(wheel_t *w, wheel_node_t *head) {
+  if (list_empty(&w->expired) || wheel_before(w->expired.prev, head->next)) {
+    list_splice(&w->expired, head);
+    return;
+  }
+  wheel_node_t *at = w->expired.next;
+  while (!list_empty(head)) {
+    wheel_node_t *node = head->next;
+    while (at != &w->expired && !wheel_before(node, at))
+      at = at->next;
+    head->next = node->next;
+    node->next->prev = head;
+    list_append(at, node); /* before `at` */
+  }
+}
+
 void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
   unsigned index;
   while (first_occupied(w, &index)) {
     uint64_t start = wheel_slot_start(w->now, index);
     if (start > now)
       break;
-    w->now = start;
-    w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
     wheel_node_t *head = &w->slots[index];
     unsigned level = wheel_level_of_slot(index);
-    if (level == 0) {
-      uint64_t bit = (uint64_t)1 << index % 64;
-      if (w->unsorted[index / 64] & bit) {
-        w->unsorted[index / 64] &= ~bit;
-        sort_slot(w, head);
-      }
-      list_splice(&w->expired, head);
-      continue;
+    bool sorted = !is_unsorted(w, index), all_due = head->prev->deadline <= now;
+    w->now = start > w->now ? start : w->now;
+    if (level == 1 && sorted && !all_due) {
+      /* A sorted slot of level 1 is the current slot: its due entries fire
+       * from where they are (uvtw__wheel_pop_expired). Level 0 is empty,
+       * and no other slot starts before its last deadline. */
+      break;
     }
-    /* Refiled against the slot's start, no entry comes back to this slot. */
-    head->prev->next = NULL;
-    wheel_node_t *node = head->next;
-    list_init(head);
-    while (node != NULL) {
-      wheel_node_t *next = node->next;
-      if (wheel_file(w, node) < level)
-        w->cascaded++;
-      node = next;
+    w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
+    w->unsorted[index / 64] &= ~((uint64_t)1 << index % 64);
+    if (level == 0) { /* all due at `start`, in start order */
+      list_splice(&w->expired, head);
+    } else if (sorted && all_due) {
+      merge_expired(w, head);
+    } else { /* refiled against the slot's start, no entry comes back here */
+      head->prev->next = NULL;
+      wheel_node_t *node = head->next;
+      list_init(head);
+      for (wheel_node_t *next; node != NULL; node = next) {
+        next = node->next;
+        w->cascaded += wheel_file(w, node) < level;
+      }
     }
   }
-  /* No occupied slot starts at or before `now`, so every entry keeps its
-   * level and slot against the later time. */
+  /* No occupied slot but the current one starts at or before `now`, so
+   * every entry keeps its level and slot against the later time. */
   if (now > w->now)
     w->now = now;
   if (w->ahead == &w->expired) /* start the second walk from the tail */
     w->ahead = w->expired.prev;
 }
 
-uint64_t uvtw__wheel_next_deadline(const wheel_t *w) {
+/* The earliest deadline in occupied slot `index`: its first entry's if it
+ * is sorted, the one all of a level-0 slot share, else the slot's minimum
+ * (a lower bound) or, if `exact`, the least of a walk. */
+static uint64_t slot_earliest(const wheel_t *w, unsigned index, bool exact) {
+  const wheel_node_t *head = &w->slots[index];
+  if (!is_unsorted(w, index))
+    return head->next->deadline;
+  if (wheel_level_of_slot(index) == 0 || !exact)
+    return head->deadline;
+  uint64_t earliest = UINT64_MAX;
+  for (const wheel_node_t *node = head->next; node != head; node = node->next)
+    earliest = node->deadline < earliest ? node->deadline : earliest;
+  return earliest;
+}
+
+/* Entries are in the slot their deadline names, so the earliest is in the
+ * expired list, the first occupied slot or the current slot. */
+static uint64_t next_deadline(const wheel_t *w, bool exact) {
   unsigned index;
+  uint64_t earliest = UINT64_MAX;
   if (!list_empty(&w->expired))
-    return w->expired.next->deadline;
-  return first_occupied(w, &index) ? w->slots[index].deadline : UINT64_MAX;
+    earliest = w->expired.next->deadline;
+  else if (first_occupied(w, &index))
+    earliest = slot_earliest(w, index, exact);
+  const wheel_node_t *current = wheel_current(w);
+  if (current != NULL && current->next->deadline < earliest)
+    earliest = current->next->deadline;
+  return earliest;
+}
+
+uint64_t uvtw__wheel_next_deadline(const wheel_t *w) {
+  return next_deadline(w, false);
 }
 
 uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w) {
-  if (!list_empty(&w->expired))
-    return w->expired.next->deadline;
-  /* Slots in time order. A slot's entries are all due at or after its
-   * start, so once the earliest deadline seen is not after the next slot's
-   * start, no later slot holds an earlier one. */
-  uint64_t earliest = UINT64_MAX;
-  for (unsigned word = 0; word < WHEEL_SLOT_COUNT / 64; word++) {
-    for (uint64_t bits = w->occupied[word]; bits != 0; bits &= bits - 1) {
-      unsigned index = word * 64 + (unsigned)uvtw__lowest_bit(bits);
-      if (earliest <= wheel_slot_start(w->now, index))
-        return earliest;
-      const wheel_node_t *head = &w->slots[index];
-      for (const wheel_node_t *node = head->next; node != head; node = node->next)
-        if (node->deadline < earliest)
-          earliest = node->deadline;
-    }
-  }
-  return earliest;
+  return next_deadline(w, true);
 }
 
 /* ---- the invariant checker (-Dchecks) ---------------------------------------- */
@@ -271,26 +209,30 @@ static const char *check_links(const wheel_node_t *head, uint64_t *count) {
   return NULL;
 }
 
+/* Entries are in the slot their deadline names, and not due, but in the
+ * current slot: there, in the 4,096 ticks of the wheel's time, and due once
+ * that is at or after their deadline. */
 static const char *check_slot(const wheel_t *w, unsigned index, uint64_t *count) {
   const wheel_node_t *head = &w->slots[index];
-  unsigned level = wheel_level_of_slot(index);
   const char *error = check_links(head, count);
   if (error != NULL)
     return error;
   bool bit = w->occupied[index / 64] & ((uint64_t)1 << index % 64);
   INVARIANT((head->next != head) == bit, "an occupancy bit disagrees with its slot");
-  uint64_t start = wheel_slot_start(w->now, index);
+  bool current = head == wheel_current(w), unsorted = is_unsorted(w, index);
+  INVARIANT(!current || !unsorted, "the current slot is marked unsorted");
   for (const wheel_node_t *node = head->next; node != head; node = node->next) {
-    INVARIANT(node->deadline >= w->now, "a filed deadline is before the wheel's time");
-    INVARIANT(level != 0 || node->deadline == start,
-              "a level-0 entry is not in the slot its deadline names");
-    INVARIANT(node->deadline >= start, "an entry is in a slot after its deadline");
-    INVARIANT(level != 0 || node->prev == head || node->seq >= node->prev->seq ||
-                  (w->unsorted[index / 64] & ((uint64_t)1 << index % 64)),
-              "a level-0 slot not marked unsorted is out of start order");
+    unsigned level = wheel_level_of(node->deadline, w->now);
+    INVARIANT(current || node->deadline >= w->now, "a filed deadline is before the wheel's time");
+    INVARIANT(current ? level == 0 : wheel_slot_of(node->deadline, level) == index,
+              "an entry is not in the slot its deadline names");
+    INVARIANT((unsorted && wheel_level_of_slot(index) != 0) || node->prev == head ||
+                  !wheel_before(node, node->prev),
+              "a level-0 slot, or one not marked unsorted, is out of firing order");
     INVARIANT(node->deadline >= head->deadline, "a slot's minimum is above one of its deadlines");
   }
-  INVARIANT(head->next == head || head->deadline >= start, "a slot's minimum lies before the slot");
+  INVARIANT(head->next == head || head->deadline >= wheel_slot_start(w->now, index),
+            "a slot's minimum lies before the slot");
   return NULL;
 }
 

@@ -25,21 +25,16 @@ typedef struct wheel_node_s {
   uint64_t seq; /* start order, for FIFO among equal deadlines */
 } wheel_node_t;
 
-/* An entry's start order and address, copied to sort a slot (wheel.c). */
-typedef struct wheel_pair_s {
-  uint64_t seq;
-  wheel_node_t *node;
-} wheel_pair_t;
-
 typedef struct wheel_s {
   uint64_t now;      /* the wheel's time: every pending deadline is >= now */
   uint64_t count;    /* entries in slots or in the expired list */
   uint64_t cascaded; /* entries moved to a finer level */
-  uint64_t next_seq; /* the next start order: inserts and postponements so far */
+  uint64_t next_seq; /* the next start order: inserts so far */
   /* Bit i set: slots[i] is not empty. */
   uint64_t occupied[WHEEL_SLOT_COUNT / 64];
-  /* Bit i set: level-0 slot i may be out of start order (see wheel.c). */
-  uint64_t unsorted[(1u << WHEEL_LEVEL0_BITS) / 64];
+  /* Bit i set: slots[i] may be out of (deadline, start order) order: an
+   * entry was appended behind a later one (see wheel.c). */
+  uint64_t unsorted[WHEEL_SLOT_COUNT / 64];
   /* Entries taken out of the slots by wheel_expire, in firing order. */
   wheel_node_t expired;
   /* A second walk along the expired list, from its tail towards the front
@@ -49,12 +44,6 @@ typedef struct wheel_s {
    * lists with the head as sentinel; a head's `deadline` is a lower bound
    * of its entries' deadlines (exact until one is removed). */
   wheel_node_t slots[WHEEL_SLOT_COUNT];
-  /* Where a level-0 slot is sorted: 2 x scratch_size pairs, grown to the
-   * largest slot sorted so far, never beyond scratch_max pairs (the tests
-   * lower it to take the merge sort). After the slots, so that the fields
-   * every start and stop touches keep their places. */
-  wheel_pair_t *scratch;
-  size_t scratch_size, scratch_max;
 } wheel_t;
 
 /* A level's digit starts at bit wheel_shift(level) and ends below
@@ -97,9 +86,6 @@ static inline uint64_t wheel_slot_start(uint64_t now, unsigned index) {
 
 void uvtw__wheel_init(wheel_t *w, uint64_t now);
 
-/* Frees the scratch array; the wheel may be used again. */
-void uvtw__wheel_fini(wheel_t *w);
-
 /* Circular lists with the head as sentinel. */
 static inline void list_init(wheel_node_t *head) {
   head->next = head;
@@ -117,21 +103,28 @@ static inline void list_append(wheel_node_t *head, wheel_node_t *node) {
   head->prev = node;
 }
 
+/* Firing order: a is due before b, or with b and started before it. */
+static inline bool wheel_before(const wheel_node_t *a, const wheel_node_t *b) {
+  return a->deadline != b->deadline ? a->deadline < b->deadline : a->seq < b->seq;
+}
+
 /* Files a node whose deadline is >= the wheel's time at its slot's tail;
- * returns its level. A level-0 slot that gets an entry started before its
- * tail is marked unsorted. */
+ * returns its level. A slot that gets an entry due before its tail, or
+ * with it and started before it, is marked unsorted. */
 static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node) {
   unsigned level = wheel_level_of(node->deadline, w->now);
   unsigned index = wheel_slot_of(node->deadline, level);
   wheel_node_t *head = &w->slots[index];
+  uint64_t bit = (uint64_t)1 << index % 64;
   if (list_empty(head)) { /* its bit in `occupied` is clear */
-    w->occupied[index / 64] |= (uint64_t)1 << index % 64;
+    w->occupied[index / 64] |= bit;
+    w->unsorted[index / 64] &= ~bit;
     head->deadline = node->deadline;
   } else {
     if (node->deadline < head->deadline)
       head->deadline = node->deadline;
-    if (level == 0 && head->prev->seq > node->seq) /* a cascaded entry: see wheel.c */
-      w->unsorted[index / 64] |= (uint64_t)1 << index % 64;
+    if (wheel_before(node, head->prev)) /* see wheel.c */
+      w->unsorted[index / 64] |= bit;
   }
   list_append(head, node);
   return level;
@@ -148,20 +141,6 @@ static inline void uvtw__wheel_insert(wheel_t *w, wheel_node_t *node, uint64_t d
   node->seq = w->next_seq++;
   wheel_file(w, node);
   w->count++;
-}
-
-/* Files a linked node again at a later `deadline` (>= its own) without
- * moving it, if it waits on an upper level, where the cascade files it by
- * its new deadline; returns false, changing nothing, if it cannot stay. */
-static inline bool uvtw__wheel_postpone(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
-  /* A level-0 entry shares every digit but the lowest with the wheel's
-   * time, and an expired one is not after it: neither may stay. */
-  if (deadline < node->deadline || node->deadline <= w->now ||
-      wheel_level_of(node->deadline, w->now) == 0)
-    return false;
-  node->deadline = deadline;
-  node->seq = w->next_seq++;
-  return true;
 }
 
 /* Unlinks a linked node from its slot or from the expired list. The checks
@@ -193,33 +172,50 @@ static inline void uvtw__wheel_remove(wheel_t *w, wheel_node_t *node) {
  * is <= now to the expired list, in deadline order, FIFO among equals. */
 void uvtw__wheel_expire(wheel_t *w, uint64_t now);
 
-/* Unlinks and returns the first expired entry, or NULL. */
+/* The slot of level 1 whose 4,096 ticks hold the wheel's time, if it is
+ * occupied, else NULL. Its entries fire from where they are (wheel.c). */
+static inline wheel_node_t *wheel_current(const wheel_t *w) {
+  unsigned index = wheel_slot_of(w->now, 1);
+  bool occupied = w->occupied[index / 64] & (uint64_t)1 << index % 64;
+  return occupied ? (wheel_node_t *)(uintptr_t)&w->slots[index] : NULL;
+}
+
+/* Unlinks and returns the first expired entry, or NULL: the earlier of the
+ * expired list's first and the current slot's first if that is due. */
 static inline wheel_node_t *uvtw__wheel_pop_expired(wheel_t *w) {
-  if (list_empty(&w->expired))
-    return NULL;
   wheel_node_t *node = w->expired.next;
-  /* Reaching an entry is a cache miss that waits for the one before, so a
-   * second walk loads the list from its tail, one entry a pop, until it
-   * reaches the entry popped: two misses in flight instead of one. */
-  if (w->ahead != &w->expired)
+  wheel_node_t *current = wheel_current(w);
+  if (current != NULL && current->next->deadline <= w->now &&
+      (node == &w->expired || wheel_before(current->next, node))) {
+    node = current->next;
+    /* The next pop most likely takes the entry after this one: its
+     * successor is fetched while this one's callback runs. */
+    UVTW_PREFETCH(node->next->next);
+  } else if (node == &w->expired) {
+    return NULL;
+  } else if (w->ahead != &w->expired) {
+    /* Reaching an entry is a cache miss that waits for the one before, so
+     * a second walk loads the list from its tail, one entry a pop, until
+     * it reaches the entry popped: two misses in flight instead of one. */
     w->ahead = w->ahead->prev;
+  }
   uvtw__wheel_remove(w, node);
   return node;
 }
 
 /* A lower bound of the earliest pending deadline, exact unless an entry was
- * removed or postponed since its slot was filed; UINT64_MAX if nothing is
- * pending. O(levels). */
+ * removed from an unsorted slot since it was filed; UINT64_MAX if nothing
+ * is pending. O(levels). */
 uint64_t uvtw__wheel_next_deadline(const wheel_t *w);
 
-/* The earliest pending deadline, exactly: walks the earliest slot, and the
- * next ones only while postponed entries leave them later than that. */
+/* The earliest pending deadline, exactly: walks the earliest slot if it is
+ * unsorted. */
 uint64_t uvtw__wheel_next_deadline_exact(const wheel_t *w);
 
 #ifdef UVTW_CHECKS
 /* The invariant checker (-Dchecks): list links, occupancy bits, each
- * entry's slot and the slot minimums, the order of level-0 slots and of the
- * expired list, the entry count, the second walk. NULL if all hold, else
+ * entry's slot and the slot minimums, the order of the slots not marked
+ * unsorted and of the expired list, the entry count, the second walk. NULL if all hold, else
  * what is broken. O(slots + entries). */
 const char *uvtw__wheel_check(const wheel_t *w);
 #endif

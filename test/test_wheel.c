@@ -46,9 +46,9 @@ static uint64_t rng_below(uint64_t n) {
   return rng() % n;
 }
 
-/* The first tick of one of the next two level-1 slots: entries filed or
- * postponed there at different times share a deadline on level 1, where a
- * postponed entry cascades behind entries started after it. */
+/* The first tick of one of the next two level-1 slots: entries filed there
+ * at different times share a deadline on level 1, and some of them fire
+ * from the current slot beside entries filed on level 0 later. */
 static uint64_t shared_deadline(uint64_t now) {
   return ((now >> 12) + 1 + rng_below(2)) << 12;
 }
@@ -96,7 +96,7 @@ static entry_t *model_first_due(entry_t *pool, uint64_t now) {
 }
 
 typedef struct {
-  uint64_t steps, inserts, removes, expiries, fired, postponed;
+  uint64_t steps, inserts, removes, expiries, fired, restarted, current;
   int failures;
 } model_run_t;
 
@@ -155,8 +155,6 @@ static void test_model(void) {
 
   memset(pool, 0, sizeof pool);
   uvtw__wheel_init(&w, rng_below(1u << 20));
-  if (rng_below(2) == 0) /* slots of more than 4 entries take the merge sort */
-    w.scratch_max = 4;
   for (uint64_t step = 0; step < steps; step++) {
     entry_t *e = &pool[rng_below(POOL)];
     unsigned op = (unsigned)rng_below(100);
@@ -165,18 +163,15 @@ static void test_model(void) {
         uvtw__wheel_remove(&w, &e->node);
       model_insert(&w, e, &seq);
       run.inserts++;
-    } else if (op < 45 && e->pending) { /* restart later: postponed if it can stay */
+    } else if (op < 45 && e->pending) { /* restart later */
       uint64_t later = e->deadline + rng_below(op < 40 ? 64 : 100000);
       if (op >= 41) /* to a deadline other entries share, maybe blocks away */
         later = shared_deadline(w.now);
       if (later < e->deadline)
         later = op >= 41 ? e->deadline : UINT64_MAX;
-      if (!uvtw__wheel_postpone(&w, &e->node, later)) {
-        uvtw__wheel_remove(&w, &e->node);
-        uvtw__wheel_insert(&w, &e->node, later);
-      } else {
-        run.postponed++;
-      }
+      uvtw__wheel_remove(&w, &e->node);
+      uvtw__wheel_insert(&w, &e->node, later);
+      run.restarted++;
       e->deadline = later;
       e->seq = seq++;
     } else if (op < 70) { /* stop */
@@ -196,6 +191,7 @@ static void test_model(void) {
         now += rng_below((uint64_t)1 << 26);
       model_expire(&w, pool, now, &run, step);
       run.expiries++;
+      run.current += wheel_current(&w) != NULL;
     }
     const char *broken = uvtw__wheel_check(&w);
     if (broken != NULL)
@@ -211,13 +207,14 @@ static void test_model(void) {
       break;
     run.steps++;
   }
-  tap_diag("model: %" PRIu64 " steps, %" PRIu64 " inserts, %" PRIu64 " postponed, %" PRIu64
-           " removals, %" PRIu64 " expiries, %" PRIu64 " expired, %" PRIu64 " cascaded",
-           run.steps, run.inserts, run.postponed, run.removes, run.expiries, run.fired, w.cascaded);
+  tap_diag("model: %" PRIu64 " steps, %" PRIu64 " inserts, %" PRIu64 " restarts, %" PRIu64
+           " removals, %" PRIu64 " expiries (%" PRIu64 " leaving a current slot), %" PRIu64
+           " expired, %" PRIu64 " cascaded",
+           run.steps, run.inserts, run.restarted, run.removes, run.expiries, run.current, run.fired,
+           w.cascaded);
   EXPECT_U64(run.failures, 0, "model: the wheel agrees with the reference at every step");
-  tap_ok(run.fired > 0 && w.cascaded > 0 && run.postponed > 0,
-         "model: the run expired, cascaded and postponed entries");
-  uvtw__wheel_fini(&w);
+  tap_ok(run.fired > 0 && w.cascaded > 0 && run.restarted > 0 && run.current > 0,
+         "model: the run expired, cascaded and restarted entries, and left current slots");
 }
 
 /* ---- targeted cases ------------------------------------------------------ */
@@ -246,103 +243,80 @@ static void test_fifo_across_levels(void) {
   EXPECT_U64(w.count, 0, "fifo: nothing is left");
 }
 
-/* A postponed entry keeps FIFO with entries started before and after it. */
-static void test_fifo_postponed(void) {
+/* A sorted level-1 slot fires from where it is once the wheel's time is in
+ * its 4,096 ticks, merged with entries filed on level 0 since: deadline
+ * order, then start order. */
+static void test_current_slot(void) {
   static wheel_t w;
-  entry_t a, b, c;
+  entry_t a, b, c, d, e;
   uvtw__wheel_init(&w, 0);
-  uvtw__wheel_insert(&w, &a.node, 192000); /* level 1 */
-  uvtw__wheel_insert(&w, &b.node, 576000); /* level 2 */
-  uvtw__wheel_insert(&w, &c.node, 192000);
-  tap_ok(uvtw__wheel_postpone(&w, &a.node, 576000), "postpone: an upper-level entry may stay");
-  tap_ok(!uvtw__wheel_postpone(&w, &c.node, 128000), "postpone: never to an earlier deadline");
-  uvtw__wheel_expire(&w, 191999);
-  tap_ok(uvtw__wheel_pop_expired(&w) == NULL, "postpone: nothing is due before 192000");
-  uvtw__wheel_expire(&w, 192000);
-  tap_ok(uvtw__wheel_pop_expired(&w) == &c.node && uvtw__wheel_pop_expired(&w) == NULL,
-         "postpone: only the entry left at 192000 expires there");
-  tap_ok(!uvtw__wheel_postpone(&w, &b.node, 575999), "postpone: not to an earlier deadline");
-  uvtw__wheel_expire(&w, 576000);
-  wheel_node_t *first = uvtw__wheel_pop_expired(&w);
-  wheel_node_t *second = uvtw__wheel_pop_expired(&w);
-  tap_ok(first == &b.node && second == &a.node,
-         "postpone: at 576000, the entry started first runs first, the postponed one after");
-  tap_ok(uvtw__wheel_check(&w) == NULL, "postpone: the checker accepts the wheel");
+  uvtw__wheel_insert(&w, &a.node, 5000); /* level 1, the slot of 4096 */
+  uvtw__wheel_insert(&w, &b.node, 5000);
+  uvtw__wheel_insert(&w, &c.node, 6000);
+  uvtw__wheel_expire(&w, 4500);
+  tap_ok(uvtw__wheel_pop_expired(&w) == NULL && wheel_current(&w) == &w.slots[4096 + 1],
+         "current: at 4500 nothing is due, and the slot of 4096 is the current slot");
+  EXPECT_U64(w.cascaded, 0, "current: nothing moved to level 0");
+  uvtw__wheel_insert(&w, &d.node, 5000); /* level 0, started after a and b */
+  uvtw__wheel_insert(&w, &e.node, 4800); /* level 0 */
+  EXPECT_U64(uvtw__wheel_next_deadline(&w), 4800, "current: the next deadline is level 0's");
+  uvtw__wheel_expire(&w, 5000);
+  wheel_node_t *order[5];
+  for (int i = 0; i < 5; i++)
+    order[i] = uvtw__wheel_pop_expired(&w);
+  tap_ok(order[0] == &e.node && order[1] == &a.node && order[2] == &b.node && order[3] == &d.node &&
+             order[4] == NULL,
+         "current: at 5000, 4800 first, then the 5000s in start order across the two levels");
+  EXPECT_U64(uvtw__wheel_next_deadline(&w), 6000, "current: then the current slot's next entry");
+  EXPECT_U64(uvtw__wheel_next_deadline_exact(&w), 6000, "current: exactly");
+  tap_ok(uvtw__wheel_check(&w) == NULL, "current: the checker accepts the wheel");
+  uvtw__wheel_expire(&w, 9000);
+  tap_ok(uvtw__wheel_pop_expired(&w) == &c.node && wheel_current(&w) == NULL,
+         "current: once all of it is due, its last entry expires and no slot is current");
+  EXPECT_U64(w.count, 0, "current: nothing is left");
 }
 
-/* Entries postponed in random order to one tick reach their level-0 slot
- * in the order they were first filed: the slot is marked unsorted, and it
- * fires in the order of the postponements, sorted through the scratch array
- * or, without room for it, by the merge sort. */
-static void postponed_to_one_tick(size_t scratch_max, const char *how) {
+/* Deadlines filed out of order in one level-1 slot mark it unsorted: it is
+ * cascaded whole into level 0 when its first tick comes, and its entries
+ * fire in deadline order, then start order. */
+static void test_unsorted_upper_slot(void) {
   enum { N = 1000 };
   static wheel_t w;
   static entry_t e[N];
-  static unsigned order[N];
   uvtw__wheel_init(&w, 0);
-  w.scratch_max = scratch_max;
-  for (unsigned i = 0; i < N; i++) {
-    uvtw__wheel_insert(&w, &e[i].node, 8000); /* level 1 */
-    order[i] = i;
-  }
-  for (unsigned i = N - 1; i > 0; i--) { /* a random order of postponements */
-    unsigned j = (unsigned)rng_below(i + 1), t = order[i];
-    order[i] = order[j];
-    order[j] = t;
-  }
-  int stayed = 0;
-  for (unsigned i = 0; i < N; i++)
-    stayed += uvtw__wheel_postpone(&w, &e[order[i]].node, 9000);
-  EXPECT_I64(stayed, N, "postponed to one tick (%s): every entry stays on level 1", how);
-  uvtw__wheel_expire(&w, 8999); /* cascades them to level 0 */
+  for (unsigned i = 0; i < N; i++) /* 20 deadlines, filed in random order */
+    uvtw__wheel_insert(&w, &e[i].node, 8192 + 100 + rng_below(20));
+  uvtw__wheel_expire(&w, 8192);
   tap_ok(uvtw__wheel_pop_expired(&w) == NULL && uvtw__wheel_check(&w) == NULL,
-         "postponed to one tick (%s): none is due at 8999; the checker accepts the unsorted slot",
-         how);
-  uvtw__wheel_expire(&w, 9000);
-  unsigned in_order = 0;
-  for (wheel_node_t *node; (node = uvtw__wheel_pop_expired(&w)) != NULL; in_order++)
-    if (node != &e[order[in_order]].node)
-      break;
-  EXPECT_I64(in_order, N, "postponed to one tick (%s): all fire at 9000, in postponement order",
-             how);
-  tap_ok(uvtw__wheel_check(&w) == NULL, "postponed to one tick (%s): the checker accepts the wheel",
-         how);
-  tap_ok(scratch_max < N ? w.scratch_size < N : w.scratch_size >= N,
-         "postponed to one tick (%s): the scratch array holds the slot only if it may", how);
-  uvtw__wheel_fini(&w);
+         "unsorted: none is due at 8192; the checker accepts the wheel");
+  EXPECT_U64(w.cascaded, N, "unsorted: the slot was cascaded whole to level 0");
+  uvtw__wheel_expire(&w, 8192 + 200);
+  wheel_node_t *prev = uvtw__wheel_pop_expired(&w), *node;
+  unsigned fired = prev != NULL, in_order = fired;
+  for (; (node = uvtw__wheel_pop_expired(&w)) != NULL; fired++, prev = node)
+    in_order += !wheel_before(node, prev);
+  EXPECT_U64(fired, N, "unsorted: all fire by 8392");
+  EXPECT_U64(in_order, N, "unsorted: in deadline order, then start order");
 }
 
-static void test_postponed_to_one_tick(void) {
-  postponed_to_one_tick(SIZE_MAX / 2 / sizeof(wheel_pair_t), "scratch array");
-  postponed_to_one_tick(100, "merge sort");
-}
-
-/* An entry postponed to a deadline two level-1 slots on joins that slot
- * when its own cascades, behind an entry started after it: the slot is out
- * of start order in its middle, and the level-0 slot it cascades to must be
- * marked unsorted by comparing each entry with the slot's tail (the head
- * is older than both). */
-static void test_cascade_between(void) {
+/* The unsorted mark compares an entry with its slot's tail: an entry due
+ * after the slot's first entry and before its last makes the slot
+ * unsorted, and it fires between them. */
+static void test_filed_between(void) {
   static wheel_t w;
-  entry_t p, d1, d2;
+  entry_t a, b, c;
   uvtw__wheel_init(&w, 0);
-  uvtw__wheel_insert(&w, &p.node, 4096 + 10);   /* level 1, slot of 4096 */
-  uvtw__wheel_insert(&w, &d1.node, 12288 + 10); /* level 1, slot of 12288 */
-  tap_ok(uvtw__wheel_postpone(&w, &p.node, 12288 + 10), "between: the postponed entry stays");
-  uvtw__wheel_insert(&w, &d2.node, 12288 + 10);
-  uvtw__wheel_expire(&w, 4096 + 10); /* p moves behind d2 */
-  tap_ok(uvtw__wheel_pop_expired(&w) == NULL, "between: nothing is due at 4106");
-  uvtw__wheel_expire(&w, 12288); /* d1, d2, p cascade to level 0 */
-  const char *broken = uvtw__wheel_check(&w);
-  if (!tap_ok(broken == NULL, "between: the checker accepts the cascaded slot"))
-    tap_diag("  reported: %s", broken);
-  uvtw__wheel_expire(&w, 12288 + 10);
-  wheel_node_t *first = uvtw__wheel_pop_expired(&w);
-  wheel_node_t *second = uvtw__wheel_pop_expired(&w);
-  wheel_node_t *third = uvtw__wheel_pop_expired(&w);
-  tap_ok(first == &d1.node && second == &p.node && third == &d2.node,
-         "between: they fire in start order, the postponed entry between the other two");
-  uvtw__wheel_fini(&w);
+  uvtw__wheel_insert(&w, &a.node, 5000); /* level 1, the slot of 4096 */
+  uvtw__wheel_insert(&w, &b.node, 7000);
+  uvtw__wheel_insert(&w, &c.node, 6000);
+  uvtw__wheel_expire(&w, 5000);
+  tap_ok(uvtw__wheel_pop_expired(&w) == &a.node && uvtw__wheel_pop_expired(&w) == NULL,
+         "between: at 5000 the first entry fires alone");
+  uvtw__wheel_expire(&w, 6000);
+  tap_ok(uvtw__wheel_pop_expired(&w) == &c.node, "between: at 6000 the entry filed last fires");
+  uvtw__wheel_expire(&w, 7000);
+  tap_ok(uvtw__wheel_pop_expired(&w) == &b.node, "between: at 7000 the second entry fires");
+  tap_ok(uvtw__wheel_check(&w) == NULL, "between: the checker accepts the wheel");
 }
 
 static void test_saturated(void) {
@@ -457,6 +431,19 @@ static void level0_out_of_start_order(wheel_t *w, entry_t *e) {
   e[2].node.seq = e[6].node.seq;
   e[6].node.seq = seq;
 }
+static void upper_out_of_order(wheel_t *w, entry_t *e) {
+  (void)w;
+  e[3].node.deadline = 70500;
+  e[4].node.deadline = 70000;
+}
+/* A wheel whose current slot is the level-1 slot of 4096, marked unsorted. */
+static void current_unsorted(wheel_t *w, entry_t *e) {
+  uvtw__wheel_init(w, 0);
+  uvtw__wheel_insert(w, &e[0].node, 5000);
+  uvtw__wheel_insert(w, &e[1].node, 6000);
+  uvtw__wheel_expire(w, 4500);
+  w->unsorted[(4096 + 1) / 64] |= (uint64_t)1 << (4096 + 1) % 64;
+}
 static void expired_out_of_start_order(wheel_t *w, entry_t *e) {
   (void)w;
   uint64_t seq = e[0].node.seq;
@@ -500,11 +487,14 @@ static void test_checker(void) {
       {"an occupied slot without its bit", entries_without_bit,
        "an occupancy bit disagrees with its slot"},
       {"a level-0 entry in a slot its deadline does not name", wrong_level0_slot,
-       "a level-0 entry is not in the slot its deadline names"},
+       "an entry is not in the slot its deadline names"},
       {"an entry in a slot after its deadline", slot_after_deadline,
-       "an entry is in a slot after its deadline"},
+       "an entry is not in the slot its deadline names"},
       {"a level-0 slot out of start order", level0_out_of_start_order,
-       "a level-0 slot not marked unsorted is out of start order"},
+       "a level-0 slot, or one not marked unsorted, is out of firing order"},
+      {"an upper slot not marked unsorted out of deadline order", upper_out_of_order,
+       "a level-0 slot, or one not marked unsorted, is out of firing order"},
+      {"a current slot marked unsorted", current_unsorted, "the current slot is marked unsorted"},
       {"expired entries with one deadline out of start order", expired_out_of_start_order,
        "expired entries are out of deadline and start order"},
       {"a deadline before the wheel's time", deadline_before_now,
@@ -540,10 +530,10 @@ static void test_checker(void) {
 
 int main(int argc, char **argv) {
   static const tap_case_t cases[] = {
-      TAP_CASE(model),           TAP_CASE(fifo_across_levels),
-      TAP_CASE(fifo_postponed),  TAP_CASE(postponed_to_one_tick),
-      TAP_CASE(cascade_between), TAP_CASE(saturated),
-      TAP_CASE(remove_clears),   TAP_CASE(next_deadline_expired),
+      TAP_CASE(model),         TAP_CASE(fifo_across_levels),
+      TAP_CASE(current_slot),  TAP_CASE(unsorted_upper_slot),
+      TAP_CASE(filed_between), TAP_CASE(saturated),
+      TAP_CASE(remove_clears), TAP_CASE(next_deadline_expired),
       TAP_CASE(checker),
   };
   const char *seed_env = getenv("UVTW_SEED");

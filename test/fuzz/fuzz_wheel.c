@@ -7,9 +7,8 @@
  *   insert    an entry (a restart if it is pending) at a deadline in the
  *             past, saturated, equal to others, or any distance ahead;
  *   remove    a pending entry, expired or not;
- *   postpone  a pending entry to a later deadline: it stays where it is if
- *             uvtw__wheel_postpone lets it, else it is removed and
- *             inserted again, as a restart does;
+ *   restart   a pending entry to a later deadline: unlinked and filed
+ *             again, as a restart does;
  *   expire    to a later time, a little or far, or to the next deadline;
  *   pop       the first expired entry.
  * The reference is an array of entries, each with its deadline, its start
@@ -90,18 +89,9 @@ static void insert(model_t *m, entry_t *e, uint64_t deadline) {
   m->count++;
 }
 
-static void postpone(fuzz_input_t *in, model_t *m, entry_t *e) {
-  uint64_t later = fuzz_add_saturating(e->deadline, fuzz_magnitude(in));
-  bool upper = e->deadline > m->wheel.now && wheel_level_of(e->deadline, m->wheel.now) > 0;
-  bool stayed = uvtw__wheel_postpone(&m->wheel, &e->node, later);
-  FUZZ_CHECK(in, stayed == upper,
-             "postpone lets an entry stay exactly when it waits on an upper level");
-  if (stayed) {
-    e->deadline = later;
-    e->seq = m->seq++;
-  } else {
-    insert(m, e, later);
-  }
+/* A restart to a later deadline: unlinked and filed again. */
+static void restart_later(fuzz_input_t *in, model_t *m, entry_t *e) {
+  insert(m, e, fuzz_add_saturating(e->deadline, fuzz_magnitude(in)));
 }
 
 static void expire(model_t *m, uint64_t now) {
@@ -146,8 +136,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   m.seq = 0;
   m.count = 0;
   uvtw__wheel_init(&m.wheel, fuzz_magnitude(&in));
-  if (size % 2 == 0) /* slots of more than 4 entries take the merge sort; no byte read */
-    m.wheel.scratch_max = 4;
   for (int step = 0; step < MAX_STEPS && fuzz_more(&in); step++) {
     uint8_t op = fuzz_byte(&in);
     entry_t *e = &m.entries[fuzz_byte(&in) % ENTRIES];
@@ -163,7 +151,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       break;
     case 3:
       if (e->pending)
-        postpone(&in, &m, e);
+        restart_later(&in, &m, e);
       break;
     case 4: /* a little */
       expire(&m, fuzz_add_saturating(now, fuzz_byte(&in)));
@@ -182,6 +170,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     check(&in, &m);
   }
-  uvtw__wheel_fini(&m.wheel);
   return 0;
 }

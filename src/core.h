@@ -181,6 +181,14 @@ static inline void uvtw__entry_insert(uvtw_wheel_t *w, uvtw_timer_t *entry, uint
     uvtw__update_refs(w);
 }
 
+/* Files a pending entry again at `deadline` (ticks), which the armed
+ * uv_timer_t does not pass: the counts and the arming stay. A restart is
+ * counted as a stop. Inline: every restart runs it. */
+static inline void uvtw__entry_refile(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
+  w->stats.stopped++;
+  uvtw__wheel_refile(&w->wheel, uvtw__node_of(entry), deadline);
+}
+
 /* See uvtw__entry_unlinked. */
 void uvtw__release_loop(uvtw_wheel_t *w);
 

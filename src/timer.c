@@ -43,15 +43,16 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   timer->repeat_ = repeat;
   uint64_t now = uvtw__clock_ms(w);
   uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(now, timeout));
-  /* Most starts decide nothing: a new entry with a timeout (not due, then)
-   * no earlier than armed_at, on a wheel that holds others and holds none
-   * back (a filing on a HELD wheel arms it). They only insert; the
-   * decisions are out of line, so such a start saves few registers
-   * (bench/README.md). */
-  if (wheel_node_linked(uvtw__node_of(timer)) || timeout == 0 || w->wheel.count == 0 ||
-      deadline < w->armed_at || w->arming == ARM_HELD)
+  /* Most starts and restarts decide nothing: a timeout (not due, then) no
+   * earlier than armed_at, on a wheel that holds others and holds none back
+   * (a filing on a HELD wheel arms it). They only file; the decisions are
+   * out of line, so such a start saves few registers (bench/README.md). */
+  if (timeout == 0 || w->wheel.count == 0 || deadline < w->armed_at || w->arming == ARM_HELD)
     return start_deciding(w, timer, deadline);
-  uvtw__entry_insert(w, timer, deadline);
+  if (wheel_node_linked(uvtw__node_of(timer)))
+    uvtw__entry_refile(w, timer, deadline);
+  else
+    uvtw__entry_insert(w, timer, deadline);
   return 0;
 }
 

@@ -197,9 +197,7 @@ struct uvtw_timer_s {
  * Errors: loop or out NULL, manual_clock other than 0 or 1, or a reserved
  * field not 0 -> UV_EINVAL; no memory -> UV_ENOMEM; or the error of
  * uv_async_init. Cost: one allocation of about 150 KiB, plus a small one
- * shared with tickets; passes grow one more, 32 bytes per timer of the
- * largest set due in one tick out of start order (timers pushed back in
- * place, then due together), kept until the wheel closes. */
+ * shared with tickets; timers add nothing to it. */
 UVTW_EXTERN int uvtw_wheel_new(uv_loop_t *loop, const uvtw_options_t *opts, uvtw_wheel_t **out);
 
 /* Closes the wheel. Pending timers become inactive and never fire. Every

@@ -207,14 +207,15 @@ void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
 void uvtw__fire_expired(uvtw_wheel_t *w) {
   wheel_node_t *node;
   while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL) {
-    /* While this callback runs, the entry after next is fetched, and the
-     * next entry's `data` (a task's argument), which its callback most
-     * likely reads first. */
-    wheel_node_t *next = w->wheel.expired.next; /* the list's head at its end */
-    UVTW_PREFETCH(next->next);
-    UVTW_PREFETCH((char *)next->next + 64);
-    if (next != &w->wheel.expired)
+    /* While this callback runs, the entry after next is fetched (both its
+     * lines, if it straddles two), and the next entry's `data` (a task's
+     * argument), which its callback most likely reads first. */
+    wheel_node_t *next = uvtw__wheel_first_expired(&w->wheel);
+    if (next != NULL) {
+      UVTW_PREFETCH(next->next);
+      UVTW_PREFETCH((char *)next->next + 64);
       UVTW_PREFETCH(container_of(next, uvtw_timer_t, node_)->data);
+    }
     uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
     uvtw__entry_unlinked(w, entry);
     w->fire[(entry->wheel_ & ENTRY_TASK) != 0](entry); /* the entry may be freed from here on */

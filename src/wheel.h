@@ -194,25 +194,28 @@ static inline wheel_node_t *wheel_current(const wheel_t *w) {
   return occupied ? (wheel_node_t *)(uintptr_t)&w->slots[index] : NULL;
 }
 
-/* Unlinks and returns the first expired entry, or NULL: the earlier of the
- * expired list's first and the current slot's first if that is due. */
-static inline wheel_node_t *uvtw__wheel_pop_expired(wheel_t *w) {
+/* The first expired entry, or NULL: the earlier of the expired list's
+ * first and the current slot's first if that is due. */
+static inline wheel_node_t *uvtw__wheel_first_expired(const wheel_t *w) {
   wheel_node_t *node = w->expired.next;
-  wheel_node_t *current = wheel_current(w);
+  const wheel_node_t *current = wheel_current(w);
   if (current != NULL && current->next->deadline <= w->now &&
-      (node == &w->expired || wheel_before(current->next, node))) {
-    node = current->next;
-    /* The next pop most likely takes the entry after this one: its
-     * successor is fetched while this one's callback runs. */
-    UVTW_PREFETCH(node->next->next);
-  } else if (node == &w->expired) {
+      (node == &w->expired || wheel_before(current->next, node)))
+    return current->next;
+  return node == &w->expired ? NULL : node;
+}
+
+/* Unlinks and returns the first expired entry, or NULL. */
+static inline wheel_node_t *uvtw__wheel_pop_expired(wheel_t *w) {
+  wheel_node_t *node = uvtw__wheel_first_expired(w);
+  if (node == NULL)
     return NULL;
-  } else if (w->ahead != &w->expired) {
-    /* Reaching an entry is a cache miss that waits for the one before, so
-     * a second walk loads the list from its tail, one entry a pop, until
-     * it reaches the entry popped: two misses in flight instead of one. */
+  /* Reaching an entry of the expired list is a cache miss that waits for
+   * the one before, so a second walk loads the list from its tail, one
+   * entry a pop, until it reaches the entry popped: two misses in flight
+   * instead of one. */
+  if (node == w->expired.next && w->ahead != &w->expired)
     w->ahead = w->ahead->prev;
-  }
   uvtw__wheel_remove(w, node);
   return node;
 }

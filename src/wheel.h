@@ -26,7 +26,7 @@ typedef struct wheel_node_s {
 } wheel_node_t;
 
 typedef struct wheel_s {
-  uint64_t now;      /* the wheel's time: every pending deadline is >= now */
+  uint64_t now;      /* the wheel's time: pending deadlines are >= now but the current slot's */
   uint64_t count;    /* entries in slots or in the expired list */
   uint64_t cascaded; /* entries moved to a finer level */
   uint64_t next_seq; /* the next start order: inserts so far */
@@ -182,8 +182,9 @@ static inline void uvtw__wheel_refile(wheel_t *w, wheel_node_t *node, uint64_t d
   wheel_file(w, node);
 }
 
-/* Moves the wheel's time to `now` (if later) and every entry whose deadline
- * is <= now to the expired list, in deadline order, FIFO among equals. */
+/* Moves the wheel's time to `now` (if later) and makes every entry whose
+ * deadline is <= now expired: in the expired list, in deadline order, FIFO
+ * among equals, or due at the head of the current slot (wheel.c). */
 void uvtw__wheel_expire(wheel_t *w, uint64_t now);
 
 /* The slot of level 1 whose 4,096 ticks hold the wheel's time, if it is

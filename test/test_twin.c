@@ -818,83 +818,22 @@ static void test_self_restart_from_wheel_cb(void) {
 
 /* ---- uv_update_time() in the timer phase: the one exception ---------------- */
 
-/* libuv >= 1.48 collects a timer phase's due uv_timer_ts against the time
- * at the phase's start and keeps that time nowhere; a uv_timer_t callback
- * that calls uv_update_time() before the wheel's pass of that phase moves
- * uv_now() on, and the pass runs what is due by then: an iteration before
- * a uv_timer_t twin due in between (include/uvtw.h, "Time"). Before 1.48
- * the phase reads the clock again for every timer and the twins agree. */
-static struct {
-  uv_timer_t busy, twin;
-  uvtw_timer_t first, w;
-  uint64_t phase_start, w_deadline, w_iter, u_iter, w_now;
-} ut;
-
-static void ut_busy_cb(uv_timer_t *handle) {
-  ut.phase_start = uv_now(handle->loop); /* first due in its phase: the phase's time */
-  fx_sleep_ms(250);
-  uv_update_time(handle->loop);
-}
-
-static void ut_w_cb(uvtw_timer_t *timer) {
-  ut.w_iter = g_fx->iter;
-  (void)timer;
-  ut.w_now = uvtw_wheel_now(g_fx->wheel);
-}
-
-static void ut_u_cb(uv_timer_t *handle) {
-  (void)handle;
-  ut.u_iter = g_fx->iter;
-}
-
-static void test_update_time_in_phase(void) {
-  const char *T = "update_time_in_phase";
-  fx_t f;
-  if (!fx_open(&f, T, NULL))
-    return;
-  memset(&ut, 0, sizeof ut);
-  /* The busy uv_timer_t and the wheel's own are due together, the busy one
-   * started first; the twins are due 190 ms later, within the busy 250 ms. */
-  uv_update_time(&f.loop);
-  uv_timer_init(&f.loop, &ut.busy);
-  uv_timer_start(&ut.busy, ut_busy_cb, 10, 0);
-  uvtw_timer_init(f.wheel, &ut.first);
-  uvtw_timer_init(f.wheel, &ut.w);
-  uvtw_timer_start(&ut.first, fx_noop_timer_cb, 10, 0);
-  uvtw_timer_start(&ut.w, ut_w_cb, 200, 0);
-  uv_timer_init(&f.loop, &ut.twin);
-  uv_timer_start(&ut.twin, ut_u_cb, 200, 0);
-  ut.w_deadline = uv_now(&f.loop) + 200;
-  fx_run(&f, UV_RUN_DEFAULT);
-  tap_ok(ut.w_iter != 0 && ut.u_iter != 0, "%s: both twins ran", T);
-  tap_ok(ut.w_now >= ut.w_deadline, "%s: never early: ran at %llu, due %llu", T,
-         (unsigned long long)ut.w_now, (unsigned long long)ut.w_deadline);
-  bool collects = uv_version() >= (1u << 16 | 48u << 8);
-  bool exercised = ut.phase_start < ut.w_deadline; /* else the phase collected both */
-  uint64_t ahead = collects && exercised ? 1 : 0;
-  EXPECT_U64(ut.w_iter + ahead, ut.u_iter,
-             "%s: the wheel timer runs %llu iteration(s) before its twin (libuv %s%s)", T,
-             (unsigned long long)ahead, uv_version_string(),
-             exercised ? "" : "; the loop woke after the twins' deadline");
-  fx_close_handle(&ut.busy);
-  fx_close_handle(&ut.twin);
-  fx_close(&f);
-}
-
-static void test_again_twin(void);
-
-/* Twins W2 and U2 started together; each records the iteration it ran in,
- * plus one, so that 0 is "not run" (a slow start, as under Valgrind, can
- * make both due in the loop's first iteration, iteration 0). */
+/* The twins' fixture: twins W2 and U2 started together, each recording
+ * the iteration it ran in, plus one, so that 0 is "not run" (a slow start,
+ * as under Valgrind, can make both due in the loop's first iteration,
+ * iteration 0); W1 and HELD, wheel timers that set the stage; BUSY, a
+ * uv_timer_t that works busy_ms and updates the clock. */
 static struct {
   uvtw_timer_t w1, w2, held;
   uv_timer_t u2, busy;
-  uint64_t w_iter, u_iter;
+  unsigned busy_ms;
+  uint64_t w_iter, u_iter, w_now, phase_start;
 } tw;
 
 static void tw_w_cb(uvtw_timer_t *timer) {
   (void)timer;
   tw.w_iter = g_fx->iter + 1;
+  tw.w_now = uvtw_wheel_now(g_fx->wheel);
 }
 
 static void tw_u_cb(uv_timer_t *handle) {
@@ -910,9 +849,55 @@ static void tw_start_twins(fx_t *f, uint64_t timeout) {
 }
 
 static void tw_busy_cb(uv_timer_t *handle) {
-  fx_sleep_ms(30);
+  tw.phase_start = uv_now(handle->loop); /* the first due in its phase: the phase's time */
+  fx_sleep_ms(tw.busy_ms);
   uv_update_time(handle->loop);
 }
+
+/* Starts BUSY, due in `timeout` ms, to work `ms`. */
+static void tw_start_busy(fx_t *f, uint64_t timeout, unsigned ms) {
+  tw.busy_ms = ms;
+  uv_timer_init(&f->loop, &tw.busy);
+  uv_timer_start(&tw.busy, tw_busy_cb, timeout, 0);
+}
+
+/* libuv >= 1.48 collects a timer phase's due uv_timer_ts against the time
+ * at the phase's start and keeps that time nowhere; a uv_timer_t callback
+ * that calls uv_update_time() before the wheel's pass of that phase moves
+ * uv_now() on, and the pass runs what is due by then: an iteration before
+ * a uv_timer_t twin due in between (include/uvtw.h, "Time"). Before 1.48
+ * the phase reads the clock again for every timer and the twins agree. */
+static void test_update_time_in_phase(void) {
+  const char *T = "update_time_in_phase";
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(&tw, 0, sizeof tw);
+  /* BUSY and the wheel's own uv_timer_t are due together, BUSY started
+   * first; the twins are due 190 ms later, within BUSY's 250 ms. */
+  uv_update_time(&f.loop);
+  tw_start_busy(&f, 10, 250);
+  uvtw_timer_init(f.wheel, &tw.w1);
+  uvtw_timer_start(&tw.w1, fx_noop_timer_cb, 10, 0);
+  tw_start_twins(&f, 200);
+  uint64_t w_deadline = uv_now(&f.loop) + 200;
+  fx_run(&f, UV_RUN_DEFAULT);
+  tap_ok(tw.w_iter != 0 && tw.u_iter != 0, "%s: both twins ran", T);
+  tap_ok(tw.w_now >= w_deadline, "%s: never early: ran at %llu, due %llu", T,
+         (unsigned long long)tw.w_now, (unsigned long long)w_deadline);
+  bool collects = uv_version() >= (1u << 16 | 48u << 8);
+  bool exercised = tw.phase_start < w_deadline; /* else the phase collected both */
+  uint64_t ahead = collects && exercised ? 1 : 0;
+  EXPECT_U64(tw.w_iter + ahead, tw.u_iter,
+             "%s: the wheel timer runs %llu iteration(s) before its twin (libuv %s%s)", T,
+             (unsigned long long)ahead, uv_version_string(),
+             exercised ? "" : "; the loop woke after the twins' deadline");
+  fx_close_handle(&tw.busy);
+  fx_close_handle(&tw.u2);
+  fx_close(&f);
+}
+
+static void test_again_twin(void);
 
 /* The wheel's pass runs in a timer phase; a uv_timer_t callback after it
  * in that phase works 30 ms and updates the clock, which makes the twins
@@ -927,8 +912,7 @@ static void test_twin_due_by_clock_after_pass(void) {
   uv_update_time(&f.loop);
   uvtw_timer_init(f.wheel, &tw.w1);
   uvtw_timer_start(&tw.w1, fx_noop_timer_cb, 1, 0); /* the wheel's uv_timer_t first */
-  uv_timer_init(&f.loop, &tw.busy);
-  uv_timer_start(&tw.busy, tw_busy_cb, 1, 0); /* then the busy one, after the pass */
+  tw_start_busy(&f, 1, 30);                         /* then BUSY, after the pass */
   tw_start_twins(&f, 20);
   fx_run(&f, UV_RUN_DEFAULT);
   tap_ok(tw.w_iter != 0 && tw.u_iter != 0, "%s: both twins ran", T);

@@ -52,8 +52,10 @@ static void test_manual_errors(void) {
   uvtw_timer_t timer;
   uvtw_options_t two = {.manual_clock = 2};
 
-  if (!fx_open(&f, T, NULL))
+  if (!fx_open_more(&f, T, NULL, 2, &manual_opts))
     return;
+  manual = f.more[0];
+  other = f.more[1];
   EXPECT_ERR(uvtw_wheel_new(&f.loop, &two, &bad), UV_EINVAL,
              "%s: manual_clock other than 0 or 1 is UV_EINVAL", T);
   tap_ok(bad == NULL, "%s: ... and leaves *out untouched", T);
@@ -66,16 +68,6 @@ static void test_manual_errors(void) {
   EXPECT_U64(uvtw_wheel_now(f.wheel), uv_now(&f.loop),
              "%s: uvtw_wheel_now of a loop-clock wheel is uv_now(loop)", T);
 
-  manual = fx_wheel_new(&f, &manual_opts);
-  other = fx_wheel_new(&f, &manual_opts);
-  if (manual == NULL || other == NULL) {
-    if (manual)
-      fx_wheel_close(&f, manual);
-    if (other)
-      fx_wheel_close(&f, other);
-    fx_close(&f);
-    return;
-  }
   busy_wheel = manual;
   busy_other = other;
   busy_advance = busy_next = busy_other_advance = busy_task_advance = 1;
@@ -97,7 +89,8 @@ static void test_manual_errors(void) {
              "%s: advancing another manual wheel from inside a callback is allowed", T);
 
   uvtw_timer_start(&timer, busy_timer_cb, 5, 0);
-  uvtw_wheel_close(manual, closing_cb, NULL);
+  uvtw_wheel_close(manual, closing_cb, NULL); /* its close callback is under test */
+  f.more[0] = NULL;
   EXPECT_ERR(uvtw_wheel_advance(manual, 1), UV_ECANCELED,
              "%s: advance once the wheel is closing is UV_ECANCELED", T);
   EXPECT_I64(uvtw_wheel_advance_next(manual), UV_ECANCELED,
@@ -108,7 +101,6 @@ static void test_manual_errors(void) {
              T);
   EXPECT_I64(closing_next, UV_ECANCELED,
              "%s: advance_next inside the close callback is UV_ECANCELED", T);
-  fx_wheel_close(&f, other);
   fx_close(&f);
 }
 

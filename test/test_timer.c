@@ -952,18 +952,11 @@ static void test_inactive_timer_memory(void) {
   uvtw_wheel_t *w1, *w2;
   probe_t a, e, *c, *d;
 
-  fx_open_loop(&f, T);
-  log_reset();
-  w1 = fx_wheel_new(&f, NULL);
-  w2 = fx_wheel_new(&f, NULL);
-  if (!w1 || !w2) {
-    if (w1)
-      fx_wheel_close(&f, w1);
-    if (w2)
-      fx_wheel_close(&f, w2);
-    fx_close(&f);
+  if (!fx_open_more(&f, T, NULL, 1, NULL))
     return;
-  }
+  w1 = f.wheel;
+  w2 = f.more[0];
+  log_reset();
   fr_b_runs = 0;
   probe_init(w1, &a, 'a', fr_a_action);
   fr_b = malloc(sizeof *fr_b);
@@ -1008,8 +1001,6 @@ static void test_inactive_timer_memory(void) {
   if (!tap_ok(strcmp(g_log, "ade") == 0, "the remaining timers ran in deadline order"))
     tap_diag("  expected \"ade\", got \"%s\"", g_log);
   free(d);
-  fx_wheel_close(&f, w1);
-  fx_wheel_close(&f, w2);
   fx_close(&f);
   log_reset();
 }
@@ -1033,16 +1024,10 @@ static void test_two_wheels_interleaved(void) {
   uint64_t started[2] = {0}, stopped[2] = {0}, n_active[2] = {0};
   int bad_returns = 0;
 
-  fx_open_loop(&f, T);
-  w[0] = fx_wheel_new(&f, NULL);
-  w[1] = fx_wheel_new(&f, NULL);
-  if (!w[0] || !w[1]) {
-    for (int k = 0; k < 2; k++)
-      if (w[k])
-        fx_wheel_close(&f, w[k]);
-    fx_close(&f);
+  if (!fx_open_more(&f, T, NULL, 1, NULL))
     return;
-  }
+  w[0] = f.wheel;
+  w[1] = f.more[0];
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < TW_TIMERS; i++) {
       uvtw_timer_init(w[k], &tw_timer[k][i]);
@@ -1092,8 +1077,6 @@ static void test_two_wheels_interleaved(void) {
                      k == 0 ? "of the first wheel once all ran"
                             : "of the second wheel once all ran");
   }
-  for (int k = 0; k < 2; k++)
-    fx_wheel_close(&f, w[k]);
   fx_close(&f);
 }
 

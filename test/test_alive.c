@@ -616,6 +616,92 @@ static void ref_cb(uvtw_timer_t *timer) {
   ref_has_ref_in_cb = uvtw_timer_has_ref(timer);
 }
 
+/* ref and unref: a setting, not a count, kept while inactive. */
+static void ref_is_a_setting(fx_t *f, uvtw_timer_t *a) {
+  const char *T = f->name;
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 1, "%s: init makes a timer referenced", T);
+  tap_ok(a->data == f, "%s: init leaves data alone", T);
+  uvtw_timer_unref(a);
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 0, "%s: unref makes it unreferenced", T);
+  uvtw_timer_unref(a);
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 0, "%s: unref twice: still unreferenced", T);
+  uvtw_timer_ref(a);
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 1,
+             "%s: unref twice then ref once: referenced (not counted, like uv_ref)", T);
+  uvtw_timer_ref(a);
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 1, "%s: ref twice: referenced", T);
+}
+
+/* An active timer's setting decides at once whether it keeps the loop
+ * alive, through stops and starts. */
+static void ref_of_an_active_timer(fx_t *f, uvtw_timer_t *a) {
+  const char *T = f->name;
+  uvtw_timer_unref(a);
+  uvtw_timer_start(a, ref_cb, 100, 0);
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 0, "%s: the setting survives a start", T);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0,
+             "%s: an active unreferenced timer alone does not keep the loop alive", T);
+  uvtw_timer_stop(a);
+  uvtw_timer_start(a, ref_cb, 100, 0);
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 0, "%s: the setting survives stop and start", T);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0, "%s: ... and the loop is still not kept alive", T);
+  uvtw_timer_ref(a);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 1,
+             "%s: ref on the active timer makes it keep the loop alive at once", T);
+  uvtw_timer_unref(a);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0, "%s: unref on the active timer undoes that at once", T);
+}
+
+/* Two timers: the loop is alive while any referenced timer is pending on a
+ * referenced wheel. */
+static void ref_of_two_timers(fx_t *f, uvtw_timer_t *a, uvtw_timer_t *b) {
+  const char *T = f->name;
+  uvtw_timer_start(b, ref_cb, 200, 0);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 1,
+             "%s: a referenced timer beside an unreferenced one keeps the loop alive", T);
+  uvtw_timer_stop(b);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0,
+             "%s: stopping the referenced one leaves only the unreferenced one: not alive", T);
+  uvtw_timer_start(b, ref_cb, 50, 0);
+  uvtw_timer_unref(b);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0,
+             "%s: both unreferenced (the earlier one unreferenced after its start): not alive", T);
+  uvtw_timer_ref(a);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 1,
+             "%s: the later timer referenced again: alive (whichever is earliest)", T);
+  uvtw_wheel_unref(f->wheel);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0,
+             "%s: an unreferenced wheel never keeps the loop alive, whatever its timers say", T);
+  uvtw_wheel_ref(f->wheel);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 1, "%s: the wheel referenced again: alive", T);
+  uvtw_timer_stop(a);
+  uvtw_timer_stop(b);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0, "%s: nothing pending: not alive", T);
+  EXPECT_U64(!!uvtw_timer_has_ref(b), 0, "%s: a stopped timer keeps its setting", T);
+  uvtw_timer_init(f->wheel, b);
+  EXPECT_U64(!!uvtw_timer_has_ref(b), 1, "%s: init of an inactive timer makes it referenced", T);
+}
+
+/* An unreferenced repeating timer fires while something else keeps the
+ * loop alive, stays unreferenced through its re-arms, and lets uv_run
+ * return when the other handle is done. */
+static void unref_repeating_timer(fx_t *f, uvtw_timer_t *a, aux_t *keep) {
+  const char *T = f->name;
+  ref_fires = 0;
+  ref_has_ref_in_cb = -1;
+  uvtw_timer_start(a, ref_cb, 5, 5);
+  uvtw_timer_unref(a);
+  aux_init(&f->loop, keep, NULL);
+  aux_start(keep, 40);
+  EXPECT_I64(uv_run(&f->loop, UV_RUN_DEFAULT), 0,
+             "%s: uv_run(DEFAULT) returns once the referenced helper is done", T);
+  tap_ok(ref_fires >= 2, "%s: the unreferenced repeating timer fired while the loop ran (%d)", T,
+         ref_fires);
+  EXPECT_U64(ref_has_ref_in_cb, 0, "%s: it is still unreferenced after its re-arms", T);
+  EXPECT_U64(!!uvtw_timer_is_active(a), 1, "%s: and still active after uv_run returned", T);
+  EXPECT_U64(f->watchdog_fired, 0, "%s: uv_run did not need the watchdog", T);
+}
+
 static void test_timer_ref_semantics(void) {
   const char *T = "timer ref/unref";
   fx_t f;
@@ -627,74 +713,10 @@ static void test_timer_ref_semantics(void) {
   a.data = &f;
   uvtw_timer_init(f.wheel, &a);
   uvtw_timer_init(f.wheel, &b);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 1, "%s: init makes a timer referenced", T);
-  tap_ok(a.data == &f, "%s: init leaves data alone", T);
-  uvtw_timer_unref(&a);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 0, "%s: unref makes it unreferenced", T);
-  uvtw_timer_unref(&a);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 0, "%s: unref twice: still unreferenced", T);
-  uvtw_timer_ref(&a);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 1,
-             "%s: unref twice then ref once: referenced (not counted, like uv_ref)", T);
-  uvtw_timer_ref(&a);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 1, "%s: ref twice: referenced", T);
-
-  uvtw_timer_unref(&a);
-  uvtw_timer_start(&a, ref_cb, 100, 0);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 0, "%s: the setting survives a start", T);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
-             "%s: an active unreferenced timer alone does not keep the loop alive", T);
-  uvtw_timer_stop(&a);
-  uvtw_timer_start(&a, ref_cb, 100, 0);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 0, "%s: the setting survives stop and start", T);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0, "%s: ... and the loop is still not kept alive", T);
-  uvtw_timer_ref(&a);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 1,
-             "%s: ref on the active timer makes it keep the loop alive at once", T);
-  uvtw_timer_unref(&a);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0, "%s: unref on the active timer undoes that at once", T);
-
-  uvtw_timer_start(&b, ref_cb, 200, 0);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 1,
-             "%s: a referenced timer beside an unreferenced one keeps the loop alive", T);
-  uvtw_timer_stop(&b);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
-             "%s: stopping the referenced one leaves only the unreferenced one: not alive", T);
-  uvtw_timer_start(&b, ref_cb, 50, 0);
-  uvtw_timer_unref(&b);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
-             "%s: both unreferenced (the earlier one unreferenced after its start): not alive", T);
-  uvtw_timer_ref(&a);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 1,
-             "%s: the later timer referenced again: alive (whichever is earliest)", T);
-  uvtw_wheel_unref(f.wheel);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
-             "%s: an unreferenced wheel never keeps the loop alive, whatever its timers say", T);
-  uvtw_wheel_ref(f.wheel);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 1, "%s: the wheel referenced again: alive", T);
-  uvtw_timer_stop(&a);
-  uvtw_timer_stop(&b);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0, "%s: nothing pending: not alive", T);
-  EXPECT_U64(!!uvtw_timer_has_ref(&b), 0, "%s: a stopped timer keeps its setting", T);
-  uvtw_timer_init(f.wheel, &b);
-  EXPECT_U64(!!uvtw_timer_has_ref(&b), 1, "%s: init of an inactive timer makes it referenced", T);
-
-  /* An unreferenced repeating timer fires while something else keeps the
-   * loop alive, stays unreferenced through its re-arms, and lets uv_run
-   * return when the other handle is done. */
-  ref_fires = 0;
-  ref_has_ref_in_cb = -1;
-  uvtw_timer_start(&a, ref_cb, 5, 5);
-  uvtw_timer_unref(&a);
-  aux_init(&f.loop, &keep, NULL);
-  aux_start(&keep, 40);
-  EXPECT_I64(uv_run(&f.loop, UV_RUN_DEFAULT), 0,
-             "%s: uv_run(DEFAULT) returns once the referenced helper is done", T);
-  tap_ok(ref_fires >= 2, "%s: the unreferenced repeating timer fired while the loop ran (%d)", T,
-         ref_fires);
-  EXPECT_U64(ref_has_ref_in_cb, 0, "%s: it is still unreferenced after its re-arms", T);
-  EXPECT_U64(!!uvtw_timer_is_active(&a), 1, "%s: and still active after uv_run returned", T);
-  EXPECT_U64(f.watchdog_fired, 0, "%s: uv_run did not need the watchdog", T);
+  ref_is_a_setting(&f, &a);
+  ref_of_an_active_timer(&f, &a);
+  ref_of_two_timers(&f, &a, &b);
+  unref_repeating_timer(&f, &a, &keep);
   uvtw_timer_stop(&a);
   fx_close_handle(&keep.handle);
   fx_close(&f);

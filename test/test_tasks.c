@@ -289,49 +289,38 @@ static void from_cb_timer_cb(uvtw_timer_t *timer) {
   c->rc = uvtw_schedule(g_fx->wheel, 5, task_probe_cb, &c->probe, &c->ticket);
 }
 
-static void test_loop_thread_keeps_alive(void) {
-  fx_t f;
-  uvtw_wheel_t *wheel = NULL;
+/* Outside the wheel's callbacks, a schedule on the loop's thread goes
+ * through the queue like any other thread's: the loop takes it in at its
+ * next poll phase, and only then does the task keep the loop alive (so
+ * here one iteration comes before uv_run(DEFAULT), which may return at
+ * once before that). */
+static void keep_alive_loop_thread(fx_t *f) {
   task_probe_t forget = {0};
-  from_cb_t held;
   uvtw_stats_t stats;
-
-  memset(&held, 0, sizeof held);
-  if (!fx_open(&f, "keep-alive", NULL))
-    return;
-  wheel = f.wheel;
-  fx_iteration(&f);
-  tap_ok(!uv_loop_alive(&f.loop), "keep-alive: an idle wheel does not keep the loop alive");
-
-  /* Outside the wheel's callbacks, a schedule on the loop's thread goes
-   * through the queue like any other thread's: the loop takes it in at its
-   * next poll phase, and only then does the task keep the loop alive (so
-   * here one iteration comes before uv_run(DEFAULT), which may return at
-   * once before that). */
-  uv_update_time(&f.loop);
+  uv_update_time(&f->loop);
   uint64_t t0 = uv_hrtime();
-  EXPECT_ERR(uvtw_schedule(wheel, 30, task_probe_cb, &forget, NULL), 0,
+  EXPECT_ERR(uvtw_schedule(f->wheel, 30, task_probe_cb, &forget, NULL), 0,
              "keep-alive: fire-and-forget schedule on the loop thread succeeds");
-  uvtw_wheel_stats(wheel, &stats);
+  uvtw_wheel_stats(f->wheel, &stats);
   EXPECT_U64(stats.active, 0,
              "keep-alive: the task waits in the queue until the loop takes it in (not active)");
-  EXPECT_I64(uvtw_wheel_next_due(wheel), -1, "keep-alive: ...nor seen by next_due");
-  fx_iteration(&f);
-  uvtw_wheel_stats(wheel, &stats);
+  EXPECT_I64(uvtw_wheel_next_due(f->wheel), -1, "keep-alive: ...nor seen by next_due");
+  fx_iteration(f);
+  uvtw_wheel_stats(f->wheel, &stats);
   EXPECT_U64(stats.active, 1,
              "keep-alive: the loop's next iteration takes the loop-thread task in (stats.active)");
-  tap_ok(uv_loop_alive(&f.loop), "keep-alive: once taken in, it keeps the loop alive");
+  tap_ok(uv_loop_alive(&f->loop), "keep-alive: once taken in, it keeps the loop alive");
   /* The task's deadline is uv_hrtime() at the call + 30 ms; next_due counts
    * on uv_now(), which may lag uv_hrtime() (a coarse clock, a slow run). */
-  int64_t due = uvtw_wheel_next_due(wheel);
+  int64_t due = uvtw_wheel_next_due(f->wheel);
   uint64_t after_ms = uv_hrtime() / 1000000;
-  int64_t lag = after_ms > uv_now(&f.loop) ? (int64_t)(after_ms - uv_now(&f.loop)) : 0;
+  int64_t lag = after_ms > uv_now(&f->loop) ? (int64_t)(after_ms - uv_now(&f->loop)) : 0;
   if (!tap_ok(due >= 0 && due <= 30 + lag,
               "keep-alive: next_due sees the task once taken in, due 30 ms from the call"))
     tap_diag("  next_due = %" PRId64 ", expected 0..%" PRId64 " (30 + uv_now's lag)", due,
              30 + lag);
 
-  uv_run(&f.loop, UV_RUN_DEFAULT);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
   uint64_t elapsed_ns = uv_hrtime() - t0;
   EXPECT_U64(forget.calls, 1, "keep-alive: uv_run(DEFAULT) returned only after the 30 ms task ran");
   EXPECT_U64(forget.status, 0, "keep-alive: ...with status 0");
@@ -340,28 +329,44 @@ static void test_loop_thread_keeps_alive(void) {
     tap_diag("  it ran after %.3f ms", (forget.ran_ns - t0) / 1e6);
   if (!tap_ok(elapsed_ns < 2000 * NS_PER_MS, "keep-alive: ...and the loop ended right after it"))
     tap_diag("  uv_run took %.3f ms", elapsed_ns / 1e6);
+}
 
-  /* From a wheel callback, the task is taken in at the end of the pass and
-   * keeps the loop alive from the call: the timer is the only thing that
-   * keeps the loop alive until then, and uv_run(DEFAULT) goes on to the
-   * task. */
-  uvtw_timer_init(wheel, &held.timer);
-  held.timer.data = &held;
-  EXPECT_ERR(uvtw_timer_start(&held.timer, from_cb_timer_cb, 1, 0), 0,
+/* From a wheel callback, the task is taken in at the end of the pass and
+ * keeps the loop alive from the call: the timer is the only thing that
+ * keeps the loop alive until then, and uv_run(DEFAULT) goes on to the
+ * task. */
+static void keep_alive_from_wheel_cb(fx_t *f) {
+  from_cb_t h, *held = &h;
+  memset(&h, 0, sizeof h);
+  uvtw_timer_init(f->wheel, &held->timer);
+  held->timer.data = held;
+  EXPECT_ERR(uvtw_timer_start(&held->timer, from_cb_timer_cb, 1, 0), 0,
              "keep-alive: a wheel timer that schedules a 5 ms task with a ticket is started");
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_ERR(held.rc, 0, "keep-alive: a schedule with a ticket from a wheel callback succeeds");
-  EXPECT_U64(held.probe.calls, 1,
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  EXPECT_ERR(held->rc, 0, "keep-alive: a schedule with a ticket from a wheel callback succeeds");
+  EXPECT_U64(held->probe.calls, 1,
              "keep-alive: uv_run(DEFAULT) returned only after the task scheduled from the wheel "
              "callback ran (it kept the loop alive from the call)");
-  EXPECT_U64(held.probe.status, 0, "keep-alive: ...with status 0");
-  if (!tap_ok(held.probe.calls == 1 && held.probe.ran_ns - held.call_ns >= 4 * NS_PER_MS,
+  EXPECT_U64(held->probe.status, 0, "keep-alive: ...with status 0");
+  if (!tap_ok(held->probe.calls == 1 && held->probe.ran_ns - held->call_ns >= 4 * NS_PER_MS,
               "keep-alive: ...not before 4 ms after the call"))
-    tap_diag("  it ran after %.3f ms", (held.probe.ran_ns - held.call_ns) / 1e6);
-  EXPECT_ERR(uvtw_ticket_cancel(held.ticket), UV_EALREADY,
+    tap_diag("  it ran after %.3f ms", (held->probe.ran_ns - held->call_ns) / 1e6);
+  EXPECT_ERR(uvtw_ticket_cancel(held->ticket), UV_EALREADY,
              "keep-alive: its cancel afterwards is UV_EALREADY");
-  uvtw_ticket_release(held.ticket);
-  uvtw_wheel_stats(wheel, &stats);
+  uvtw_ticket_release(held->ticket);
+}
+
+static void test_loop_thread_keeps_alive(void) {
+  fx_t f;
+  uvtw_stats_t stats;
+
+  if (!fx_open(&f, "keep-alive", NULL))
+    return;
+  fx_iteration(&f);
+  tap_ok(!uv_loop_alive(&f.loop), "keep-alive: an idle wheel does not keep the loop alive");
+  keep_alive_loop_thread(&f);
+  keep_alive_from_wheel_cb(&f);
+  uvtw_wheel_stats(f.wheel, &stats);
   EXPECT_U64(stats.fired, 3, "keep-alive: stats.fired counts both tasks and the timer");
   EXPECT_U64(stats.active, 0, "keep-alive: stats.active is 0 after both ran");
   fx_close(&f);

@@ -27,12 +27,67 @@ static void lv_arm_watch(void) {
   uv_timer_start(&lv_watch.handle, aux_cb, 3000, 0);
 }
 
+/* An unreferenced wheel, pending timer or not, lets uv_run(DEFAULT)
+ * return; referenced again (unref twice, ref once), it keeps uv_run going
+ * until its timer ran. */
+static void lv_unref_then_ref(fx_t *f) {
+  uvtw_wheel_unref(f->wheel);
+  uvtw_wheel_unref(f->wheel);
+  probe_start(&lv_w, 100, 0);
+  lv_arm_watch();
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  EXPECT_U64(
+      (uint64_t)(lv_w.fires + lv_watch.fires), 0,
+      "an unreferenced wheel with a pending timer does not keep uv_run(DEFAULT) from returning");
+  EXPECT_U64((uint64_t)uvtw_timer_is_active(&lv_w.timer), 1, "... and the timer stays pending");
+
+  uvtw_wheel_ref(f->wheel);
+  lv_arm_watch();
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  EXPECT_U64(
+      (uint64_t)lv_w.fires, 1,
+      "once referenced again (unref twice, ref once), the wheel keeps uv_run until the timer ran");
+  EXPECT_U64((uint64_t)lv_watch.fires, 0, "... and uv_run then returns by itself");
+  tap_ok(lv_w.early == 0, "... not before its deadline");
+}
+
+/* Stopping the last pending timer lets uv_run return at once (`stopper`
+ * stops it; the caller closes it). */
+static void lv_stop_last_timer(fx_t *f, aux_t *stopper) {
+  uint64_t t0;
+  lv_w.fires = 0;
+  t0 = uv_now(&f->loop);
+  probe_start(&lv_w, 2000, 0);
+  aux_init(&f->loop, stopper, lv_stop_w);
+  aux_start(stopper, 10);
+  lv_arm_watch();
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  if (!tap_ok(lv_w.fires == 0 && uv_now(&f->loop) - t0 < 2000 && lv_watch.fires == 0,
+              "stopping the last pending timer lets uv_run return at once"))
+    tap_diag("  expected return after ~10 ms with no callback, got %" PRIu64 " ms and %d callbacks",
+             uv_now(&f->loop) - t0, lv_w.fires);
+}
+
+/* An unreferenced wheel still runs its timers while `keep` (the caller
+ * closes it) keeps the loop alive. */
+static void lv_unref_still_runs(fx_t *f, aux_t *keep) {
+  uvtw_wheel_unref(f->wheel);
+  probe_start(&lv_w, 20, 0);
+  aux_init(&f->loop, keep, NULL);
+  aux_start(keep, 60);
+  lv_arm_watch();
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  EXPECT_U64((uint64_t)lv_w.fires, 1,
+             "an unreferenced wheel still runs its timers while the loop is alive");
+  tap_ok(lv_w.early == 0, "... not before their deadline");
+  uvtw_wheel_ref(f->wheel);
+}
+
 static void test_loop_alive(void) {
   const char *T = "loop aliveness";
   fx_t f;
   uvtw_wheel_t *wheel;
   aux_t stopper, keep;
-  uint64_t t0;
 
   if (!fx_open(&f, T, NULL))
     return;
@@ -47,48 +102,9 @@ static void test_loop_alive(void) {
   EXPECT_U64((uint64_t)lv_watch.fires, 0,
              "an empty referenced wheel does not keep uv_run(DEFAULT) from returning");
 
-  uvtw_wheel_unref(wheel);
-  uvtw_wheel_unref(wheel);
-  probe_start(&lv_w, 100, 0);
-  lv_arm_watch();
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_U64(
-      (uint64_t)(lv_w.fires + lv_watch.fires), 0,
-      "an unreferenced wheel with a pending timer does not keep uv_run(DEFAULT) from returning");
-  EXPECT_U64((uint64_t)uvtw_timer_is_active(&lv_w.timer), 1, "... and the timer stays pending");
-
-  uvtw_wheel_ref(wheel);
-  lv_arm_watch();
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_U64(
-      (uint64_t)lv_w.fires, 1,
-      "once referenced again (unref twice, ref once), the wheel keeps uv_run until the timer ran");
-  EXPECT_U64((uint64_t)lv_watch.fires, 0, "... and uv_run then returns by itself");
-  tap_ok(lv_w.early == 0, "... not before its deadline");
-
-  lv_w.fires = 0;
-  t0 = uv_now(&f.loop);
-  probe_start(&lv_w, 2000, 0);
-  aux_init(&f.loop, &stopper, lv_stop_w);
-  aux_start(&stopper, 10);
-  lv_arm_watch();
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  if (!tap_ok(lv_w.fires == 0 && uv_now(&f.loop) - t0 < 2000 && lv_watch.fires == 0,
-              "stopping the last pending timer lets uv_run return at once"))
-    tap_diag("  expected return after ~10 ms with no callback, got %" PRIu64 " ms and %d callbacks",
-             uv_now(&f.loop) - t0, lv_w.fires);
-
-  uvtw_wheel_unref(wheel);
-  probe_start(&lv_w, 20, 0);
-  aux_init(&f.loop, &keep, NULL);
-  aux_start(&keep, 60);
-  lv_arm_watch();
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_U64((uint64_t)lv_w.fires, 1,
-             "an unreferenced wheel still runs its timers while the loop is alive");
-  tap_ok(lv_w.early == 0, "... not before their deadline");
-  uvtw_wheel_ref(wheel);
-
+  lv_unref_then_ref(&f);
+  lv_stop_last_timer(&f, &stopper);
+  lv_unref_still_runs(&f, &keep);
   fx_close_handle(&stopper.handle);
   fx_close_handle(&keep.handle);
   fx_close_handle(&lv_watch.handle);

@@ -844,6 +844,49 @@ static void test_walk_after_close(void) {
   EXPECT_U64(!!uvtw_timer_is_active(&timer), 0, "%s: the timer is inactive", T);
 }
 
+/* With the loop gone, the wheel's close runs its callback inside the call,
+ * ending every task, queued or in the wheel, with UV_ECANCELED. */
+static void close_wheel_after_loop(const char *T, uvtw_wheel_t *wheel, task_probe_t *pending,
+                                   task_probe_t *queued, uvtw_ticket_t *ticket) {
+  int closes = 0;
+  uvtw_wheel_close(wheel, count_close_cb, &closes);
+  EXPECT_U64(closes, 1, "%s: uvtw_wheel_close ran its callback (inside the call: no loop)", T);
+  EXPECT_U64(pending->calls, 1, "%s: the pending task in the wheel ran once...", T);
+  EXPECT_I64(pending->status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
+  EXPECT_U64(queued->calls, 1, "%s: the task still queued ran once...", T);
+  EXPECT_I64(queued->status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
+  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY,
+             "%s: its ticket is still safe to cancel: UV_EALREADY", T);
+  uvtw_ticket_release(ticket);
+}
+
+/* Timers outlive the wheel: what a connection's teardown calls is inert. */
+static void closed_wheels_timers_inert(const char *T, uvtw_timer_t *timer, uvtw_timer_t *idle) {
+  EXPECT_ERR(uvtw_timer_stop(timer), 0, "%s: stop after the close callback is a no-op", T);
+  EXPECT_U64(!!uvtw_timer_is_active(timer), 0, "%s: the timer is inactive", T);
+  EXPECT_U64(uvtw_timer_get_due_in(timer), 0, "%s: ...and due in 0", T);
+  EXPECT_ERR(uvtw_timer_stop(idle), 0, "%s: stop of a timer never started: a no-op", T);
+}
+
+/* The timers may be given to a new wheel. */
+static void closed_wheels_timer_reused(const char *T, uvtw_timer_t *timer) {
+  int closes = 0;
+  uv_loop_t again;
+  uvtw_wheel_t *second;
+  if (tap_ok(uv_loop_init(&again) == 0 && uvtw_wheel_new(&again, NULL, &second) == 0,
+             "%s: a new loop and wheel", T)) {
+    uvtw_timer_init(second, timer);
+    EXPECT_ERR(uvtw_timer_start(timer, fx_noop_timer_cb, 1, 0), 0,
+               "%s: a timer of the closed wheel, initialised again, starts on the new one", T);
+    uv_run(&again, UV_RUN_DEFAULT);
+    EXPECT_U64(fx_stats(second).fired, 1, "%s: ...and fires", T);
+    uvtw_wheel_close(second, count_close_cb, &closes);
+    uv_run(&again, UV_RUN_DEFAULT);
+    EXPECT_U64(closes, 1, "%s: the new wheel closes", T);
+    EXPECT_ERR(uv_loop_close(&again), 0, "%s: ...and its loop", T);
+  }
+}
+
 static void test_walk_before_close(void) {
   const char *T = "walk_before_close";
   uv_loop_t *loop = fx_xcalloc(1, sizeof *loop);
@@ -851,7 +894,6 @@ static void test_walk_before_close(void) {
   uvtw_timer_t timer, idle;
   task_probe_t pending = {0}, queued = {0};
   uvtw_ticket_t *ticket = NULL;
-  int closes = 0;
   if (!tap_ok(uv_loop_init(loop) == 0 && uvtw_wheel_new(loop, NULL, &wheel) == 0,
               "%s: a loop and a wheel", T)) {
     free(loop);
@@ -875,39 +917,9 @@ static void test_walk_before_close(void) {
   free(loop);
   EXPECT_U64(pending.calls + queued.calls, 0, "%s: the tasks have not run yet", T);
 
-  /* Then the wheel. */
-  uvtw_wheel_close(wheel, count_close_cb, &closes);
-  EXPECT_U64(closes, 1, "%s: uvtw_wheel_close ran its callback (inside the call: no loop)", T);
-  EXPECT_U64(pending.calls, 1, "%s: the pending task in the wheel ran once...", T);
-  EXPECT_I64(pending.status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
-  EXPECT_U64(queued.calls, 1, "%s: the task still queued ran once...", T);
-  EXPECT_I64(queued.status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
-  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY,
-             "%s: its ticket is still safe to cancel: UV_EALREADY", T);
-  uvtw_ticket_release(ticket);
-
-  /* Timers outlive the wheel: what a connection's teardown calls is inert. */
-  EXPECT_ERR(uvtw_timer_stop(&timer), 0, "%s: stop after the close callback is a no-op", T);
-  EXPECT_U64(!!uvtw_timer_is_active(&timer), 0, "%s: the timer is inactive", T);
-  EXPECT_U64(uvtw_timer_get_due_in(&timer), 0, "%s: ...and due in 0", T);
-  EXPECT_ERR(uvtw_timer_stop(&idle), 0, "%s: stop of a timer never started: a no-op", T);
-
-  /* The timers may be given to a new wheel. */
-  uv_loop_t again;
-  uvtw_wheel_t *second;
-  if (tap_ok(uv_loop_init(&again) == 0 && uvtw_wheel_new(&again, NULL, &second) == 0,
-             "%s: a new loop and wheel", T)) {
-    uvtw_timer_init(second, &timer);
-    EXPECT_ERR(uvtw_timer_start(&timer, fx_noop_timer_cb, 1, 0), 0,
-               "%s: a timer of the closed wheel, initialised again, starts on the new one", T);
-    uv_run(&again, UV_RUN_DEFAULT);
-    EXPECT_U64(fx_stats(second).fired, 1, "%s: ...and fires", T);
-    closes = 0;
-    uvtw_wheel_close(second, count_close_cb, &closes);
-    uv_run(&again, UV_RUN_DEFAULT);
-    EXPECT_U64(closes, 1, "%s: the new wheel closes", T);
-    EXPECT_ERR(uv_loop_close(&again), 0, "%s: ...and its loop", T);
-  }
+  close_wheel_after_loop(T, wheel, &pending, &queued, ticket);
+  closed_wheels_timers_inert(T, &timer, &idle);
+  closed_wheels_timer_reused(T, &timer);
 }
 
 /* A wheel timer's callback shuts the program down with a uv_walk that

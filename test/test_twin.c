@@ -151,43 +151,46 @@ static int eq_before(const pair_t *a, const pair_t *b) {
 }
 
 /* Checks everything the pairs recorded; returns the largest lateness seen. */
-static uint64_t eq_verify(const char *test) {
-  size_t bad_fires = 0, bad_iter = 0, early = 0, bad_order = 0, compared = 0, after_pass = 0;
-  uint64_t late_max = 0;
+/* What eq_verify counts over the pairs. */
+typedef struct eq_tally_s {
+  size_t bad_fires, bad_iter, early, compared, after_pass;
+  uint64_t late_max;
+} eq_tally_t;
 
-  if (!tap_ok(eq.start_failures == 0, "%s: every uvtw_timer_start returned 0", test))
-    tap_diag("  expected 0 failures, got %d (last %s)", eq.start_failures,
-             tap_err_name_(eq.last_start_error));
-  for (size_t i = 0; i < eq.used; i++) {
-    pair_t *p = &eq.pairs[i];
-    int want = p->stopped ? 0 : 1;
-    if (p->w_fires != want || p->u_fires != want) {
-      if (bad_fires++ < 5)
-        tap_diag("  timer %zu (timeout %" PRIu64 ", %s): wheel timer ran %d times, its "
-                 "uv_timer_t twin %d times, expected %d each",
-                 i, p->timeout, p->stopped ? "stopped" : "not stopped", p->w_fires, p->u_fires,
-                 want);
-    }
-    if (p->w_fires >= 1 && p->u_fires >= 1) {
-      compared++;
-      after_pass += p->after_pass;
-      uint64_t want_iter = p->u_iter + (p->after_pass ? 1 : 0);
-      if (p->w_iter != want_iter && bad_iter++ < 5)
-        tap_diag("  timer %zu (timeout %" PRIu64 ", deadline %" PRIu64 "%s): wheel timer ran in "
-                 "loop iteration %" PRIu64 ", its uv_timer_t twin in iteration %" PRIu64,
-                 i, p->timeout, p->deadline,
-                 p->after_pass ? ", started due after the wheel's pass" : "", p->w_iter, p->u_iter);
-    }
-    if (p->w_fires >= 1) {
-      if (p->w_now < p->deadline) {
-        if (early++ < 5)
-          tap_diag("  timer %zu ran at uv_now %" PRIu64 ", before its deadline %" PRIu64, i,
-                   p->w_now, p->deadline);
-      } else if (p->w_now - p->deadline > late_max) {
-        late_max = p->w_now - p->deadline;
-      }
+/* Pair `i`: its callbacks, its iteration against its twin's, and its
+ * lateness, counted into `n` (the first few wrong ones shown). */
+static void eq_tally_pair(size_t i, const pair_t *p, eq_tally_t *n) {
+  int want = p->stopped ? 0 : 1;
+  if (p->w_fires != want || p->u_fires != want) {
+    if (n->bad_fires++ < 5)
+      tap_diag("  timer %zu (timeout %" PRIu64 ", %s): wheel timer ran %d times, its "
+               "uv_timer_t twin %d times, expected %d each",
+               i, p->timeout, p->stopped ? "stopped" : "not stopped", p->w_fires, p->u_fires, want);
+  }
+  if (p->w_fires >= 1 && p->u_fires >= 1) {
+    n->compared++;
+    n->after_pass += p->after_pass;
+    uint64_t want_iter = p->u_iter + (p->after_pass ? 1 : 0);
+    if (p->w_iter != want_iter && n->bad_iter++ < 5)
+      tap_diag("  timer %zu (timeout %" PRIu64 ", deadline %" PRIu64 "%s): wheel timer ran in "
+               "loop iteration %" PRIu64 ", its uv_timer_t twin in iteration %" PRIu64,
+               i, p->timeout, p->deadline,
+               p->after_pass ? ", started due after the wheel's pass" : "", p->w_iter, p->u_iter);
+  }
+  if (p->w_fires >= 1) {
+    if (p->w_now < p->deadline) {
+      if (n->early++ < 5)
+        tap_diag("  timer %zu ran at uv_now %" PRIu64 ", before its deadline %" PRIu64, i, p->w_now,
+                 p->deadline);
+    } else if (p->w_now - p->deadline > n->late_max) {
+      n->late_max = p->w_now - p->deadline;
     }
   }
+}
+
+/* Callbacks out of deadline-then-start order (the first few shown). */
+static size_t eq_bad_order(void) {
+  size_t bad_order = 0;
   for (size_t k = 1; k < eq.norder; k++) {
     const pair_t *a = &eq.pairs[eq.order[k - 1]];
     const pair_t *b = &eq.pairs[eq.order[k]];
@@ -196,27 +199,41 @@ static uint64_t eq_verify(const char *test) {
                ") after timer %zu (deadline %" PRIu64 ", start #%" PRIu64 ")",
                k, eq.order[k], b->deadline, b->seq, eq.order[k - 1], a->deadline, a->seq);
   }
-  if (!tap_ok(bad_fires == 0,
+  return bad_order;
+}
+
+static uint64_t eq_verify(const char *test) {
+  eq_tally_t n;
+
+  memset(&n, 0, sizeof n);
+
+  if (!tap_ok(eq.start_failures == 0, "%s: every uvtw_timer_start returned 0", test))
+    tap_diag("  expected 0 failures, got %d (last %s)", eq.start_failures,
+             tap_err_name_(eq.last_start_error));
+  for (size_t i = 0; i < eq.used; i++)
+    eq_tally_pair(i, &eq.pairs[i], &n);
+  size_t bad_order = eq_bad_order();
+  if (!tap_ok(n.bad_fires == 0,
               "%s: every started wheel timer (and uv_timer_t twin) ran exactly once, every stopped "
               "one never",
               test))
-    tap_diag("  expected 0 timers with a wrong number of callbacks, got %zu of %zu", bad_fires,
+    tap_diag("  expected 0 timers with a wrong number of callbacks, got %zu of %zu", n.bad_fires,
              eq.used);
-  if (!tap_ok(bad_iter == 0 && compared > 0,
+  if (!tap_ok(n.bad_iter == 0 && n.compared > 0,
               "%s: each wheel timer ran in the same loop iteration as its uv_timer_t twin, but "
               "one iteration after it if started due from a uv_timer_t callback after the wheel's "
               "pass of that timer phase (libuv < 1.48)",
               test))
-    tap_diag("  expected 0 of %zu to differ, got %zu", compared, bad_iter);
+    tap_diag("  expected 0 of %zu to differ, got %zu", n.compared, n.bad_iter);
   tap_diag("%s: %zu of %zu twins started due after the wheel's pass of their timer phase", test,
-           after_pass, compared);
-  if (!tap_ok(early == 0, "%s: no wheel callback ran with uv_now() below its deadline", test))
-    tap_diag("  expected 0 early callbacks, got %zu", early);
+           n.after_pass, n.compared);
+  if (!tap_ok(n.early == 0, "%s: no wheel callback ran with uv_now() below its deadline", test))
+    tap_diag("  expected 0 early callbacks, got %zu", n.early);
   if (!tap_ok(bad_order == 0,
               "%s: callbacks ran in nondecreasing deadline order, equal deadlines in start order",
               test))
     tap_diag("  expected 0 out-of-order callbacks, got %zu of %zu", bad_order, eq.norder);
-  return late_max;
+  return n.late_max;
 }
 
 static void eq_close_twins(void) {

@@ -326,24 +326,8 @@ static void check_fire_order(const char *T, const char *what, const int *got, in
              expect[first_bad], got[first_bad]);
 }
 
-static void test_restart_order(void) {
-  const char *T = "restart order";
-  fx_t f;
-  uvtw_wheel_t *wheel;
-  int expect[RO_N], n_expect = 0, perm[RO_N];
-  bool stopped[RO_N] = {false};
-
-  if (!fx_open(&f, T, NULL))
-    return;
-  wheel = f.wheel;
-  ro_fired = 0;
-  for (int i = 0; i < RO_N; i++) {
-    perm[i] = i;
-    uvtw_timer_init(wheel, &ro_timers[i]);
-  }
-  /* The last 20 are started only at the end, to the same deadline. */
-  for (int i = 0; i < RO_N - 20; i++)
-    uvtw_timer_start(&ro_timers[i], ro_cb, 30, 0);
+/* A fixed shuffle of the first RO_N - 20 timers. */
+static void ro_shuffle(int perm[RO_N]) {
   uint32_t seed = 12345;
   for (int i = RO_N - 21; i > 0; i--) { /* Fisher-Yates over the first 280 */
     seed = seed * 1103515245u + 12345u;
@@ -352,7 +336,11 @@ static void test_restart_order(void) {
     perm[i] = perm[j];
     perm[j] = tmp;
   }
-  uv_update_time(&f.loop);
+}
+
+/* Restarts in `perm` order to one deadline, some stopped, some restarted
+ * twice, then the last 20 started fresh. */
+static void ro_restart(const int perm[RO_N], bool stopped[RO_N]) {
   for (int k = 0; k < RO_N - 20; k++) {
     int i = perm[k];
     uvtw_timer_start(&ro_timers[i], ro_cb, 60, 0); /* to one equal deadline */
@@ -371,8 +359,13 @@ static void test_restart_order(void) {
   }
   for (int i = RO_N - 20; i < RO_N; i++) /* fresh starts, after every restart */
     uvtw_timer_start(&ro_timers[i], ro_cb, 60, 0);
-  /* The expected order: first restarts (minus the restarted-twice and the
-   * stopped), then the second restarts, then the fresh starts. */
+}
+
+/* The expected order: first restarts (minus the restarted-twice and the
+ * stopped), then the second restarts, then the fresh starts. Returns the
+ * count. */
+static int ro_expected(const int perm[RO_N], const bool stopped[RO_N], int expect[RO_N]) {
+  int n_expect = 0;
   for (int k = 0; k < RO_N - 20; k++)
     if (!stopped[perm[k]] && k % 9 != 0)
       expect[n_expect++] = perm[k];
@@ -381,6 +374,31 @@ static void test_restart_order(void) {
       expect[n_expect++] = perm[k];
   for (int i = RO_N - 20; i < RO_N; i++)
     expect[n_expect++] = i;
+  return n_expect;
+}
+
+static void test_restart_order(void) {
+  const char *T = "restart order";
+  fx_t f;
+  uvtw_wheel_t *wheel;
+  int expect[RO_N], n_expect, perm[RO_N];
+  bool stopped[RO_N] = {false};
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  wheel = f.wheel;
+  ro_fired = 0;
+  for (int i = 0; i < RO_N; i++) {
+    perm[i] = i;
+    uvtw_timer_init(wheel, &ro_timers[i]);
+  }
+  /* The last 20 are started only at the end, to the same deadline. */
+  for (int i = 0; i < RO_N - 20; i++)
+    uvtw_timer_start(&ro_timers[i], ro_cb, 30, 0);
+  ro_shuffle(perm);
+  uv_update_time(&f.loop);
+  ro_restart(perm, stopped);
+  n_expect = ro_expected(perm, stopped, expect);
   uv_run(&f.loop, UV_RUN_DEFAULT);
   check_fire_order(T, "equal deadlines ran in the order of their last start", ro_order,
                    ro_fired < RO_N + 8 ? ro_fired : RO_N + 8, expect, n_expect);

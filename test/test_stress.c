@@ -794,6 +794,48 @@ static void test_stress(void) {
   free(h);
 }
 
+/* The close stopped the producers: what their schedules returned. */
+static void close_race_expect_schedules(const harness_t *h, const accounting_t *a) {
+  EXPECT_U64(h->close_cb_runs, 1, "close race: the close callback ran once");
+  report_count(h->ran_after_close_cb, "close race: no task callback ran after the close callback");
+  EXPECT_U64(
+      a->rejected, NPROD * CLOSE_RESERVE,
+      "close race: every producer was still scheduling when the wheel closed, and was rejected");
+  tap_ok(h->cb_canceled > 0,
+         "close race: some tasks were pending at close (UV_ECANCELED callbacks)");
+  report_count(a->failures, "close race: schedules returned only 0 or UV_ECANCELED");
+  report_count(a->touched, "close race: UV_ECANCELED left *ticket untouched");
+  report_count(a->ok_after_close,
+               "close race: every schedule after uvtw_wheel_close returned is UV_ECANCELED");
+  report_count(a->ok_after_rejection, "close race: no schedule succeeded after one was rejected");
+  EXPECT_ERR(h->schedule_in_close_cb, UV_ECANCELED,
+             "close race: schedule inside the close callback is UV_ECANCELED");
+}
+
+/* Every task ended once, by its callback, its won cancel or the close. */
+static void close_race_expect_tasks(const harness_t *h, const accounting_t *a) {
+  report_count(h->cancel_bad, "close race: every cancel returned 0 or UV_EALREADY");
+  report_count(h->cancel_after_close_not_already,
+               "close race: cancels from another thread after the close callback are UV_EALREADY");
+  report_count(a->hold_not_already,
+               "close race: held tickets cancelled after close are UV_EALREADY");
+  report_count(
+      a->missing,
+      "close race: every task whose schedule returned 0 got a callback unless its cancel won");
+  report_count(a->ran_although_won + h->ran_after_won_cancel,
+               "close race: no task ran after its cancel won");
+  report_count(a->doubled,
+               "close race: no task got two callbacks, none got one without being scheduled");
+  report_count(h->ok_after_close, "close race: no status 0 callback after uvtw_wheel_close");
+  report_count(h->ecanceled_outside_close, "close race: UV_ECANCELED only from the close");
+  report_count(h->cb_bad_status, "close race: statuses were only 0 and UV_ECANCELED");
+  report_count(h->cb_wrong_thread, "close race: every callback ran on the loop thread");
+  report_count(h->early_hr + h->early_now, "close race: never early");
+  report_count(h->fifo_broken, "close race: per-thread FIFO among equal timeouts");
+  report_count(a->bad_release,
+               "close race: every ticket was released exactly once, some after close");
+}
+
 static void test_close_race(void) {
   harness_t *h = calloc(1, sizeof *h);
   accounting_t a;
@@ -824,40 +866,8 @@ static void test_close_race(void) {
            h->published_at_close, a.scheduled_ok, a.rejected, h->cb_ok, h->cb_canceled,
            h->cancel_wins, h->cancel_lost);
 
-  EXPECT_U64(h->close_cb_runs, 1, "close race: the close callback ran once");
-  report_count(h->ran_after_close_cb, "close race: no task callback ran after the close callback");
-  EXPECT_U64(
-      a.rejected, NPROD * CLOSE_RESERVE,
-      "close race: every producer was still scheduling when the wheel closed, and was rejected");
-  tap_ok(h->cb_canceled > 0,
-         "close race: some tasks were pending at close (UV_ECANCELED callbacks)");
-  report_count(a.failures, "close race: schedules returned only 0 or UV_ECANCELED");
-  report_count(a.touched, "close race: UV_ECANCELED left *ticket untouched");
-  report_count(a.ok_after_close,
-               "close race: every schedule after uvtw_wheel_close returned is UV_ECANCELED");
-  report_count(a.ok_after_rejection, "close race: no schedule succeeded after one was rejected");
-  EXPECT_ERR(h->schedule_in_close_cb, UV_ECANCELED,
-             "close race: schedule inside the close callback is UV_ECANCELED");
-  report_count(h->cancel_bad, "close race: every cancel returned 0 or UV_EALREADY");
-  report_count(h->cancel_after_close_not_already,
-               "close race: cancels from another thread after the close callback are UV_EALREADY");
-  report_count(a.hold_not_already,
-               "close race: held tickets cancelled after close are UV_EALREADY");
-  report_count(
-      a.missing,
-      "close race: every task whose schedule returned 0 got a callback unless its cancel won");
-  report_count(a.ran_although_won + h->ran_after_won_cancel,
-               "close race: no task ran after its cancel won");
-  report_count(a.doubled,
-               "close race: no task got two callbacks, none got one without being scheduled");
-  report_count(h->ok_after_close, "close race: no status 0 callback after uvtw_wheel_close");
-  report_count(h->ecanceled_outside_close, "close race: UV_ECANCELED only from the close");
-  report_count(h->cb_bad_status, "close race: statuses were only 0 and UV_ECANCELED");
-  report_count(h->cb_wrong_thread, "close race: every callback ran on the loop thread");
-  report_count(h->early_hr + h->early_now, "close race: never early");
-  report_count(h->fifo_broken, "close race: per-thread FIFO among equal timeouts");
-  report_count(a.bad_release,
-               "close race: every ticket was released exactly once, some after close");
+  close_race_expect_schedules(h, &a);
+  close_race_expect_tasks(h, &a);
   harness_free(h);
   free(h);
 }

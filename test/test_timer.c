@@ -14,16 +14,10 @@
 
 static uint64_t g_marker; /* something to point at */
 
-static void test_basics(void) {
-  const char *T = "basics";
-  fx_t f;
+/* The timer's size, and uvtw_wheel_new's argument errors. */
+static void basics_wheel_new_errors(fx_t *f) {
   uvtw_wheel_t *sentinel = (uvtw_wheel_t *)(void *)&g_marker;
   uvtw_wheel_t *wheel = sentinel;
-  uvtw_timer_t timer;
-  uvtw_stats_t s;
-  char version[32];
-
-  fx_open_loop(&f, T);
   if (sizeof(void *) == 8)
     EXPECT_U64(sizeof(uvtw_timer_t), 64, "sizeof(uvtw_timer_t) is 64 bytes on 64-bit targets");
   else if (!tap_ok(sizeof(uvtw_timer_t) <= 64, "sizeof(uvtw_timer_t) is at most 64 bytes"))
@@ -32,16 +26,15 @@ static void test_basics(void) {
   EXPECT_ERR(uvtw_wheel_new(NULL, NULL, &wheel), UV_EINVAL,
              "uvtw_wheel_new(NULL loop) returns UV_EINVAL");
   tap_ok(wheel == sentinel, "a failed uvtw_wheel_new leaves *out untouched");
-  EXPECT_ERR(uvtw_wheel_new(&f.loop, NULL, NULL), UV_EINVAL,
+  EXPECT_ERR(uvtw_wheel_new(&f->loop, NULL, NULL), UV_EINVAL,
              "uvtw_wheel_new(loop, opts, NULL out) returns UV_EINVAL");
+}
 
-  wheel = fx_wheel_new(&f, NULL);
-  if (!wheel) {
-    fx_close(&f);
-    return;
-  }
-  f.wheel = wheel;
-  tap_ok(uvtw_wheel_loop(wheel) == &f.loop,
+/* A new wheel: its loop, the version, all-zero stats, nothing pending. */
+static void basics_new_wheel(fx_t *f, uvtw_wheel_t *wheel) {
+  char version[32];
+  uvtw_stats_t s;
+  tap_ok(uvtw_wheel_loop(wheel) == &f->loop,
          "uvtw_wheel_loop returns the loop the wheel was made on");
   snprintf(version, sizeof version, "%d.%d.%d", UVTW_VERSION_MAJOR, UVTW_VERSION_MINOR,
            UVTW_VERSION_PATCH);
@@ -55,7 +48,11 @@ static void test_basics(void) {
          "a new wheel's stats are all zero");
   EXPECT_I64(uvtw_wheel_next_due(wheel), -1,
              "uvtw_wheel_next_due of a new wheel is -1 (nothing pending)");
+}
 
+/* An initialised timer: inactive, its data alone, its repeat settable. */
+static void basics_timer_init(uvtw_wheel_t *wheel) {
+  uvtw_timer_t timer;
   timer.data = &g_marker;
   uvtw_timer_init(wheel, &timer);
   tap_ok(timer.data == &g_marker, "uvtw_timer_init leaves data alone");
@@ -66,7 +63,23 @@ static void test_basics(void) {
   uvtw_timer_set_repeat(&timer, 123);
   EXPECT_U64(uvtw_timer_get_repeat(&timer), 123, "get_repeat returns what set_repeat set");
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&timer), 0, "set_repeat does not arm a timer");
+}
 
+static void test_basics(void) {
+  const char *T = "basics";
+  fx_t f;
+  uvtw_wheel_t *wheel;
+
+  fx_open_loop(&f, T);
+  basics_wheel_new_errors(&f);
+  wheel = fx_wheel_new(&f, NULL);
+  if (!wheel) {
+    fx_close(&f);
+    return;
+  }
+  f.wheel = wheel;
+  basics_new_wheel(&f, wheel);
+  basics_timer_init(wheel);
   fx_close(&f);
 }
 
@@ -669,13 +682,55 @@ static void test_wakeups(void) {
 
 /* ---- Stats counters and late_max_ms --------------------------------------- */
 
+/* The four counters after each kind of call, failed ones included. */
+static void stats_count_calls(uvtw_wheel_t *wheel, probe_t *a, probe_t *b, probe_t *c, probe_t *l) {
+  fx_expect_counts(wheel, 0, 0, 0, 0, "of a new wheel");
+  probe_start(a, 50, 0);
+  fx_expect_counts(wheel, 1, 1, 0, 0, "after one start");
+  probe_start(b, 60, 0);
+  fx_expect_counts(wheel, 2, 2, 0, 0, "after two starts");
+  probe_start(a, 70, 0);
+  fx_expect_counts(wheel, 2, 3, 1, 0, "after a restart (counts one start and one stop)");
+  uvtw_timer_stop(&b->timer);
+  fx_expect_counts(wheel, 1, 3, 2, 0, "after a stop");
+  uvtw_timer_stop(&b->timer);
+  fx_expect_counts(wheel, 1, 3, 2, 0, "after a stop of an inactive timer (not counted)");
+  uvtw_timer_start(&b->timer, NULL, 10, 0);
+  uvtw_timer_again(&c->timer);
+  fx_expect_counts(wheel, 1, 3, 2, 0, "after a failed start and a failed again (not counted)");
+  probe_start(l, 5, 0);
+  fx_expect_counts(wheel, 2, 4, 2, 0, "after a fourth start");
+}
+
+/* After the run: late_max_ms and the wakeups, `l` made late on purpose. */
+static void stats_expect_lateness(const char *T, const uvtw_stats_t *s, const probe_t *a,
+                                  const probe_t *l) {
+  uint64_t late_l, late_a;
+  late_l = l->fires ? l->now[0] - l->deadline : 0;
+  late_a = a->fires ? a->now[0] - a->deadline : 0;
+  if (!tap_ok(l->fires == 1 && a->fires == 1 && l->early == 0 && a->early == 0,
+              "%s: both ran once, on time or late", T))
+    tap_diag("  got %d and %d runs, %d and %d early", l->fires, a->fires, l->early, a->early);
+  EXPECT_U64(s->late_max_ms, late_l > late_a ? late_l : late_a,
+             "stats.late_max_ms is the largest uv_now() - deadline seen at a callback");
+  if (!tap_ok(late_l >= 20, "%s: the blocked loop made the timer late (test precondition)", T))
+    tap_diag("  expected >= 20 ms late, got %" PRIu64, late_l);
+  /* A restart and a stop happened before the loop ran, so up to two wakeups
+   * may be wasted (armed for entries that were stopped); the two callbacks
+   * need one or two wakeups of their own. */
+  if (!tap_ok(
+          s->wakeups - s->wasted_wakeups >= 1 && s->wakeups - s->wasted_wakeups <= 2 &&
+              s->wasted_wakeups <= 2,
+          "stats.wakeups counts the wheel's timer firings (1..2 that ran callbacks, <= 2 wasted)"))
+    tap_diag("  got %" PRIu64 " wakeups, %" PRIu64 " wasted", s->wakeups, s->wasted_wakeups);
+}
+
 static void test_stats(void) {
   const char *T = "stats";
   fx_t f;
   uvtw_wheel_t *wheel;
   probe_t a, b, c, l;
   uvtw_stats_t s;
-  uint64_t late_l, late_a;
 
   if (!fx_open(&f, T, NULL))
     return;
@@ -685,43 +740,12 @@ static void test_stats(void) {
   probe_init(wheel, &b, 'b', NULL);
   probe_init(wheel, &c, 'c', NULL);
   probe_init(wheel, &l, 'l', NULL);
-  fx_expect_counts(wheel, 0, 0, 0, 0, "of a new wheel");
-  probe_start(&a, 50, 0);
-  fx_expect_counts(wheel, 1, 1, 0, 0, "after one start");
-  probe_start(&b, 60, 0);
-  fx_expect_counts(wheel, 2, 2, 0, 0, "after two starts");
-  probe_start(&a, 70, 0);
-  fx_expect_counts(wheel, 2, 3, 1, 0, "after a restart (counts one start and one stop)");
-  uvtw_timer_stop(&b.timer);
-  fx_expect_counts(wheel, 1, 3, 2, 0, "after a stop");
-  uvtw_timer_stop(&b.timer);
-  fx_expect_counts(wheel, 1, 3, 2, 0, "after a stop of an inactive timer (not counted)");
-  uvtw_timer_start(&b.timer, NULL, 10, 0);
-  uvtw_timer_again(&c.timer);
-  fx_expect_counts(wheel, 1, 3, 2, 0, "after a failed start and a failed again (not counted)");
-  probe_start(&l, 5, 0);
-  fx_expect_counts(wheel, 2, 4, 2, 0, "after a fourth start");
+  stats_count_calls(wheel, &a, &b, &c, &l);
   fx_sleep_ms(30); /* l will be ~25 ms late */
   uv_run(&f.loop, UV_RUN_DEFAULT);
   s = fx_stats(wheel);
   fx_expect_counts(wheel, 0, 4, 2, 2, "after both timers ran");
-  late_l = l.fires ? l.now[0] - l.deadline : 0;
-  late_a = a.fires ? a.now[0] - a.deadline : 0;
-  if (!tap_ok(l.fires == 1 && a.fires == 1 && l.early == 0 && a.early == 0,
-              "%s: both ran once, on time or late", T))
-    tap_diag("  got %d and %d runs, %d and %d early", l.fires, a.fires, l.early, a.early);
-  EXPECT_U64(s.late_max_ms, late_l > late_a ? late_l : late_a,
-             "stats.late_max_ms is the largest uv_now() - deadline seen at a callback");
-  if (!tap_ok(late_l >= 20, "%s: the blocked loop made the timer late (test precondition)", T))
-    tap_diag("  expected >= 20 ms late, got %" PRIu64, late_l);
-  /* A restart and a stop happened before the loop ran, so up to two wakeups
-   * may be wasted (armed for entries that were stopped); the two callbacks
-   * need one or two wakeups of their own. */
-  if (!tap_ok(
-          s.wakeups - s.wasted_wakeups >= 1 && s.wakeups - s.wasted_wakeups <= 2 &&
-              s.wasted_wakeups <= 2,
-          "stats.wakeups counts the wheel's timer firings (1..2 that ran callbacks, <= 2 wasted)"))
-    tap_diag("  got %" PRIu64 " wakeups, %" PRIu64 " wasted", s.wakeups, s.wasted_wakeups);
+  stats_expect_lateness(T, &s, &a, &l);
   fx_close(&f);
   log_reset();
 }

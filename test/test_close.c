@@ -616,11 +616,8 @@ static void close_now(uv_timer_t *t) {
   uv_close((uv_handle_t *)&closer, NULL);
 }
 
-static void test_close_everything_outstanding(void) {
-  fx_t f;
-  if (!fx_open(&f, "close with everything outstanding", NULL))
-    return;
-  wheel = f.wheel;
+/* Timers, some repeating, and loop-thread tasks, half with tickets. */
+static void oc_fill(void) {
   for (int i = 0; i < LOOP_TIMERS; i++) {
     uvtw_timer_init(wheel, &timers[i]);
     uvtw_timer_start(&timers[i], oc_timer_cb, (uint64_t)(i % 100) * 3, i % 7 == 0 ? 5 : 0);
@@ -632,16 +629,11 @@ static void test_close_everything_outstanding(void) {
     if (r == 0)
       atomic_fetch_add(&scheduled_ok, 1);
   }
-  producer_t producers[THREADS];
-  memset(producers, 0, sizeof producers);
-  for (int t = 0; t < THREADS; t++)
-    pthread_create(&producers[t].thread, NULL, produce, &producers[t]);
+}
 
-  uv_timer_init(&f.loop, &closer);
-  uv_timer_start(&closer, close_now, 20, 5);
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  tap_ok(atomic_load(&close_cb_ran) == 1, "the close callback ran once the handles closed");
-
+/* Right after the close: every timer inactive, every loop-thread ticket
+ * too late to cancel. */
+static void oc_expect_closed(void) {
   int active_after = 0;
   for (int i = 0; i < LOOP_TIMERS; i++)
     active_after += uvtw_timer_is_active(&timers[i]);
@@ -655,11 +647,10 @@ static void test_close_everything_outstanding(void) {
   }
   EXPECT_U64(loop_cancel_won, 0,
              "after close, cancelling a loop-thread ticket returns UV_EALREADY");
+}
 
-  for (int t = 0; t < THREADS; t++)
-    pthread_join(producers[t].thread, NULL);
-
-  uv_run(&f.loop, UV_RUN_DEFAULT);
+/* Once the producers are done: every task ended once, no timer fired. */
+static void oc_expect_ended(void) {
   EXPECT_U64(timer_fired_after_close, 0, "no timer fires after close");
   EXPECT_U64(atomic_load(&ended_twice), 0,
              "no task ended twice, no unexpected error, no late cancel won");
@@ -671,6 +662,30 @@ static void test_close_everything_outstanding(void) {
          atomic_load(&ran_cancelled), atomic_load(&ran_due));
   tap_diag("scheduled %ld, refused after close %ld, won cancels %ld", atomic_load(&scheduled_ok),
            atomic_load(&schedule_refused), atomic_load(&cancels_won));
+}
+
+static void test_close_everything_outstanding(void) {
+  fx_t f;
+  if (!fx_open(&f, "close with everything outstanding", NULL))
+    return;
+  wheel = f.wheel;
+  oc_fill();
+  producer_t producers[THREADS];
+  memset(producers, 0, sizeof producers);
+  for (int t = 0; t < THREADS; t++)
+    pthread_create(&producers[t].thread, NULL, produce, &producers[t]);
+
+  uv_timer_init(&f.loop, &closer);
+  uv_timer_start(&closer, close_now, 20, 5);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  tap_ok(atomic_load(&close_cb_ran) == 1, "the close callback ran once the handles closed");
+
+  oc_expect_closed();
+  for (int t = 0; t < THREADS; t++)
+    pthread_join(producers[t].thread, NULL);
+
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  oc_expect_ended();
   f.wheel = NULL; /* closed by close_now */
   fx_close(&f);   /* the loop closes: the wheel left no handle behind */
 }

@@ -45,35 +45,35 @@ static void closing_cb(uvtw_wheel_t *wheel, void *arg) {
   closing_next = uvtw_wheel_advance_next(wheel);
 }
 
-static void test_manual_errors(void) {
-  const char *T = "manual clock errors";
-  fx_t f;
-  uvtw_wheel_t *manual, *other, *bad = NULL;
-  uvtw_timer_t timer;
+/* Argument errors, and a manual call on a wheel on the loop's clock. */
+static void manual_errors_arguments(fx_t *f) {
+  const char *T = f->name;
+  uvtw_wheel_t *bad = NULL;
   uvtw_options_t two = {.manual_clock = 2};
-
-  if (!fx_open_more(&f, T, NULL, 2, &manual_opts))
-    return;
-  manual = f.more[0];
-  other = f.more[1];
-  EXPECT_ERR(uvtw_wheel_new(&f.loop, &two, &bad), UV_EINVAL,
+  EXPECT_ERR(uvtw_wheel_new(&f->loop, &two, &bad), UV_EINVAL,
              "%s: manual_clock other than 0 or 1 is UV_EINVAL", T);
   tap_ok(bad == NULL, "%s: ... and leaves *out untouched", T);
   EXPECT_ERR(uvtw_wheel_advance(NULL, 1), UV_EINVAL, "%s: advance(NULL) is UV_EINVAL", T);
   EXPECT_I64(uvtw_wheel_advance_next(NULL), UV_EINVAL, "%s: advance_next(NULL) is UV_EINVAL", T);
-  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 1), UV_EINVAL,
+  EXPECT_ERR(uvtw_wheel_advance(f->wheel, 1), UV_EINVAL,
              "%s: advance on a wheel on the loop's clock is UV_EINVAL", T);
-  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EINVAL,
+  EXPECT_I64(uvtw_wheel_advance_next(f->wheel), UV_EINVAL,
              "%s: advance_next on a wheel on the loop's clock is UV_EINVAL", T);
-  EXPECT_U64(uvtw_wheel_now(f.wheel), uv_now(&f.loop),
+  EXPECT_U64(uvtw_wheel_now(f->wheel), uv_now(&f->loop),
              "%s: uvtw_wheel_now of a loop-clock wheel is uv_now(loop)", T);
+}
 
+/* Inside one of the wheel's callbacks an advance is UV_EBUSY; another
+ * manual wheel may advance. */
+static void manual_errors_busy(fx_t *f, uvtw_wheel_t *manual, uvtw_wheel_t *other,
+                               uvtw_timer_t *timer) {
+  const char *T = f->name;
   busy_wheel = manual;
   busy_other = other;
   busy_advance = busy_next = busy_other_advance = busy_task_advance = 1;
   busy_task_next = 1;
-  uvtw_timer_init(manual, &timer);
-  uvtw_timer_start(&timer, busy_timer_cb, 5, 0);
+  uvtw_timer_init(manual, timer);
+  uvtw_timer_start(timer, busy_timer_cb, 5, 0);
   EXPECT_ERR(uvtw_schedule(manual, 5, busy_task_cb, NULL, NULL), 0,
              "%s: a loop-thread task on a manual wheel is scheduled", T);
   EXPECT_ERR(uvtw_wheel_advance(manual, 10), 0, "%s: advance returns 0", T);
@@ -87,20 +87,40 @@ static void test_manual_errors(void) {
              "%s: advance_next inside one of the wheel's task callbacks is UV_EBUSY", T);
   EXPECT_ERR(busy_other_advance, 0,
              "%s: advancing another manual wheel from inside a callback is allowed", T);
+}
 
-  uvtw_timer_start(&timer, busy_timer_cb, 5, 0);
+/* Once the wheel is closing, and inside its close callback, an advance is
+ * UV_ECANCELED. */
+static void manual_errors_closing(fx_t *f, uvtw_wheel_t *manual, uvtw_timer_t *timer) {
+  const char *T = f->name;
+  uvtw_timer_start(timer, busy_timer_cb, 5, 0);
   uvtw_wheel_close(manual, closing_cb, NULL); /* its close callback is under test */
-  f.more[0] = NULL;
+  f->more[0] = NULL;
   EXPECT_ERR(uvtw_wheel_advance(manual, 1), UV_ECANCELED,
              "%s: advance once the wheel is closing is UV_ECANCELED", T);
   EXPECT_I64(uvtw_wheel_advance_next(manual), UV_ECANCELED,
              "%s: advance_next once the wheel is closing is UV_ECANCELED", T);
   for (int i = 0; i < 5 && closing_advance == 1; i++)
-    uv_run(&f.loop, UV_RUN_NOWAIT);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
   EXPECT_ERR(closing_advance, UV_ECANCELED, "%s: advance inside the close callback is UV_ECANCELED",
              T);
   EXPECT_I64(closing_next, UV_ECANCELED,
              "%s: advance_next inside the close callback is UV_ECANCELED", T);
+}
+
+static void test_manual_errors(void) {
+  const char *T = "manual clock errors";
+  fx_t f;
+  uvtw_wheel_t *manual, *other;
+  uvtw_timer_t timer;
+
+  if (!fx_open_more(&f, T, NULL, 2, &manual_opts))
+    return;
+  manual = f.more[0];
+  other = f.more[1];
+  manual_errors_arguments(&f);
+  manual_errors_busy(&f, manual, other, &timer);
+  manual_errors_closing(&f, manual, &timer);
   fx_close(&f);
 }
 

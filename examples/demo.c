@@ -94,7 +94,7 @@ static int run_one(const char *exe) {
   config.seed = 2024;
 
   printf("== %s on %s:%d: headers 2000 ms, request 4000 ms, keep-alive 1000 ms; "
-         "%d clients for %d s ==\n",
+         "%d clients reconnecting for %d s, then finishing ==\n",
          exe, d.server.host, d.server.port, CLIENTS, LOAD_MS / 1000);
   fflush(stdout);
   lg_init(&lg, loop, &config, count);

@@ -256,12 +256,15 @@ UVTW_EXTERN const char *uvtw_version_string(void);
  * alone. Call it once before any other uvtw_timer_* call on the timer, and
  * again only while the timer is inactive (after its wheel's close callback,
  * to give it to another wheel). Initialising an active timer (a struct
- * reused without a stop) corrupts the wheel's lists: stop it first. In a
- * release build the timers filed beside its old place may then never fire,
- * uv_run may never return (the wheel still counts the old start as
- * pending), or the program may crash at a later start or stop; it sees
- * nothing. The debug build (-Dchecks) stops the program with a message at
- * the next unlink beside the timer's old place. */
+ * reused without a stop) corrupts the wheel's lists: stop it first. Not
+ * started again, the timer crashes the program (a NULL dereference) at the
+ * wheel's next pass, in every build. Started again, the timers filed
+ * beside its old place may never fire, uv_run may never return (a pass
+ * loops, or waits on the old start still counted as pending), or the
+ * program crashes later. The debug build (-Dchecks) stops the program with
+ * a message if a stop, start or callback beside the old place unlinks an
+ * entry there before a pass walks it; otherwise it fails as a release
+ * build does. */
 UVTW_EXTERN void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer);
 
 /* Arms the timer to fire `timeout` ms from now on the wheel's clock

@@ -25,12 +25,19 @@ A block's fence names the language, then words that say how to test it:
 
 A word this script does not know fails the block's case, so a typo cannot
 skip a block.
+
+The ```sh and ```meson blocks are checked too, as test/doc_commands.py
+says (each command names what exists; a meson block sets up in a scratch
+consumer project), given the build's directory (--build-root) and meson
+(--meson).
 """
 import argparse
 import os
 import re
 import subprocess
 import sys
+
+import doc_commands
 
 FENCE = re.compile(r"^(\s*)```\s*(\S*)(.*)$")
 MAIN = re.compile(r"\bint\s+main\s*\(")
@@ -60,8 +67,9 @@ def fragment_context(lines, fence_index):
     return "\n".join(dedent(lines[i + 1:end], indent)) + "\n"
 
 
-def blocks(root, name):
-    """Yields (name, line, code, words, context) for each ```c block."""
+def blocks(root, name, langs=("c",)):
+    """Yields (name, line, code, words, context, lang) for each block in one
+    of `langs`."""
     lines = open(os.path.join(root, name), encoding="utf-8").read().split("\n")
     i = 0
     while i < len(lines):
@@ -73,14 +81,14 @@ def blocks(root, name):
         j = i + 1
         while j < len(lines) and not re.match(r"^\s*```\s*$", lines[j]):
             j += 1
-        if lang == "c":
+        if lang in langs:
             code = "\n".join(dedent(lines[i + 1:j], indent)) + "\n"
-            yield name, i + 1, code, rest.split(), fragment_context(lines, i)
+            yield name, i + 1, code, rest.split(), fragment_context(lines, i), lang
         i = j + 1
 
 
 class Case:
-    def __init__(self, root, work, cc, cflags, ldflags, name, line, code, words, context):
+    def __init__(self, root, work, cc, cflags, ldflags, name, line, code, words, context, lang):
         self.root, self.work, self.cc = root, work, cc
         self.cflags, self.ldflags = cflags, ldflags
         self.name = f"{name}:{line}"
@@ -149,6 +157,27 @@ class Case:
         return True, "compiles, links, runs and exits 0", []
 
 
+def command_cases(a, docs):
+    """The cases of the sh and meson blocks (test/doc_commands.py)."""
+    tree = doc_commands.Tree(a.source_root, a.build_root, a.meson)
+    found = {doc: list(blocks(a.source_root, doc, ("sh", "meson"))) for doc in docs}
+    for doc in docs:
+        for b in found[doc]:
+            if b[5] == "sh":
+                tree.setup_dirs |= doc_commands.setup_dirs(b[2])
+    cases = []
+    for doc in docs:
+        before = []
+        for name, line, code, words, _, lang in found[doc]:
+            if lang == "sh":
+                cases.append(doc_commands.ShCase(tree, f"{name}:{line}", code))
+            else:
+                cases.append(doc_commands.MesonCase(tree, a.work_dir, f"{name}:{line}", code,
+                                                    list(before)))
+                before.append(code)
+    return cases
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--source-root", required=True)
@@ -158,6 +187,8 @@ def main():
     ap.add_argument("--ldflag", action="append", default=[])
     ap.add_argument("--doc", action="append", required=True,
                     help="a Markdown file, or a directory: its *.md files; from the root")
+    ap.add_argument("--build-root", help="the build's directory: checks the sh and meson blocks")
+    ap.add_argument("--meson", action="append", help="meson's command, one word each")
     ap.add_argument("only", nargs="*", help="run only cases whose name contains one of these")
     a = ap.parse_args()
     os.makedirs(a.work_dir, exist_ok=True)
@@ -172,6 +203,8 @@ def main():
     for doc in docs:
         found = list(blocks(a.source_root, doc))
         cases += [Case(a.source_root, a.work_dir, a.cc, a.cflag, a.ldflag, *b) for b in found]
+    if a.build_root:
+        cases += command_cases(a, docs)
     if a.only:
         cases = [c for c in cases if any(o in c.name for o in a.only)]
     elif not cases:

@@ -31,6 +31,7 @@ void fx_open_loop(fx_t *f, const char *name) {
     exit(1);
   }
   f->wheel = NULL;
+  memset(f->more, 0, sizeof f->more);
   f->name = name;
   f->iter = 0;
   f->watchdog_fired = 0;
@@ -66,6 +67,20 @@ bool fx_open(fx_t *f, const char *name, const uvtw_options_t *opts) {
   return true;
 }
 
+bool fx_open_more(fx_t *f, const char *name, const uvtw_options_t *opts, int n,
+                  const uvtw_options_t *more_opts) {
+  if (!fx_open(f, name, opts))
+    return false;
+  for (int k = 0; k < n && k < FX_MORE_WHEELS; k++) {
+    f->more[k] = fx_wheel_new(f, more_opts);
+    if (f->more[k] == NULL) {
+      fx_close(f);
+      return false;
+    }
+  }
+  return true;
+}
+
 void fx_iteration(fx_t *f) {
   uv_ref((uv_handle_t *)&f->prepare_); /* active: the loop is alive */
   uv_run(&f->loop, UV_RUN_NOWAIT);
@@ -87,6 +102,11 @@ void fx_wheel_close(fx_t *f, uvtw_wheel_t *wheel) {
   for (int i = 0; i < 5 && calls == 0; i++)
     uv_run(&f->loop, UV_RUN_NOWAIT);
   EXPECT_U64(calls, 1, "%s: uvtw_wheel_close calls its callback once", f->name);
+  if (f->wheel == wheel)
+    f->wheel = NULL;
+  for (int k = 0; k < FX_MORE_WHEELS; k++)
+    if (f->more[k] == wheel)
+      f->more[k] = NULL;
 }
 
 static void close_any(uv_handle_t *handle, void *arg) {
@@ -99,7 +119,9 @@ void fx_close(fx_t *f) {
   int r;
   if (f->wheel != NULL)
     fx_wheel_close(f, f->wheel);
-  f->wheel = NULL;
+  for (int k = 0; k < FX_MORE_WHEELS; k++)
+    if (f->more[k] != NULL)
+      fx_wheel_close(f, f->more[k]);
   fx_close_handle(&f->prepare_);
   fx_close_handle(&f->watchdog_);
   for (int i = 0; i < 5; i++)

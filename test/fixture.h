@@ -10,6 +10,10 @@
  *                                      // must run once), the helpers and the
  *                                      // loop: uv_loop_close must return 0
  *
+ * fx_open_more(&f, "name", &opts, 2, &more_opts) opens the same with two
+ * more wheels on the loop, f.more[0] and f.more[1], which fx_close closes
+ * too.
+ *
  * Loop iterations are counted by an unreferenced uv_prepare_t (f.iter): it
  * runs once per iteration and never keeps the loop alive. An unreferenced
  * watchdog uv_timer_t stops any uv_run that goes on for FX_WATCHDOG_MS, so
@@ -30,11 +34,14 @@
 #include "tap.h"
 #include "uvtw.h"
 
-enum { FX_WATCHDOG_MS = 10000 };
+enum { FX_WATCHDOG_MS = 10000, FX_MORE_WHEELS = 4 };
 
 typedef struct fx_s {
   uv_loop_t loop;
   uvtw_wheel_t *wheel; /* NULL once closed by the test itself, or for fx_open_loop */
+  /* fx_open_more's wheels; a test that closes one itself, other than with
+   * fx_wheel_close, sets it to NULL */
+  uvtw_wheel_t *more[FX_MORE_WHEELS];
   const char *name;
   uint64_t iter; /* loop iterations so far */
   int watchdog_fired;
@@ -50,6 +57,11 @@ void fx_open_loop(fx_t *f, const char *name);
 /* fx_open_loop, then a wheel made with `opts`. If the wheel cannot be made,
  * reports a failed check, closes the loop and returns false. */
 bool fx_open(fx_t *f, const char *name, const uvtw_options_t *opts);
+/* fx_open, then `n` (<= FX_MORE_WHEELS) more wheels made with `more_opts`
+ * in f->more[0..n-1]. If one cannot be made, reports a failed check,
+ * closes all and returns false. */
+bool fx_open_more(fx_t *f, const char *name, const uvtw_options_t *opts, int n,
+                  const uvtw_options_t *more_opts);
 /* Another wheel on the fixture's loop; NULL (and a failed check) if none. */
 uvtw_wheel_t *fx_wheel_new(fx_t *f, const uvtw_options_t *opts);
 /* Runs one loop iteration (UV_RUN_NOWAIT) even if nothing keeps the loop
@@ -61,9 +73,10 @@ uvtw_wheel_t *fx_wheel_new(fx_t *f, const uvtw_options_t *opts);
  * this first ("Any-thread tasks" in include/uvtw.h). */
 void fx_iteration(fx_t *f);
 /* Closes `wheel` and runs the loop until its close callback ran; checks that
- * it ran once. */
+ * it ran once. A wheel of the fixture's (f->wheel, f->more) is forgotten:
+ * fx_close does not close it again. */
 void fx_wheel_close(fx_t *f, uvtw_wheel_t *wheel);
-/* Closes f->wheel if set, the helpers and the loop; checks that the watchdog
+/* Closes f->wheel and f->more's wheels if set, the helpers and the loop; checks that the watchdog
  * never fired and that uv_loop_close returns 0 (nothing left open). */
 void fx_close(fx_t *f);
 int fx_run(fx_t *f, uv_run_mode mode);

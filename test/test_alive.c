@@ -27,12 +27,67 @@ static void lv_arm_watch(void) {
   uv_timer_start(&lv_watch.handle, aux_cb, 3000, 0);
 }
 
+/* An unreferenced wheel, pending timer or not, lets uv_run(DEFAULT)
+ * return; referenced again (unref twice, ref once), it keeps uv_run going
+ * until its timer ran. */
+static void lv_unref_then_ref(fx_t *f) {
+  uvtw_wheel_unref(f->wheel);
+  uvtw_wheel_unref(f->wheel);
+  probe_start(&lv_w, 100, 0);
+  lv_arm_watch();
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  EXPECT_U64(
+      (uint64_t)(lv_w.fires + lv_watch.fires), 0,
+      "an unreferenced wheel with a pending timer does not keep uv_run(DEFAULT) from returning");
+  EXPECT_U64((uint64_t)uvtw_timer_is_active(&lv_w.timer), 1, "... and the timer stays pending");
+
+  uvtw_wheel_ref(f->wheel);
+  lv_arm_watch();
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  EXPECT_U64(
+      (uint64_t)lv_w.fires, 1,
+      "once referenced again (unref twice, ref once), the wheel keeps uv_run until the timer ran");
+  EXPECT_U64((uint64_t)lv_watch.fires, 0, "... and uv_run then returns by itself");
+  tap_ok(lv_w.early == 0, "... not before its deadline");
+}
+
+/* Stopping the last pending timer lets uv_run return at once (`stopper`
+ * stops it; the caller closes it). */
+static void lv_stop_last_timer(fx_t *f, aux_t *stopper) {
+  uint64_t t0;
+  lv_w.fires = 0;
+  t0 = uv_now(&f->loop);
+  probe_start(&lv_w, 2000, 0);
+  aux_init(&f->loop, stopper, lv_stop_w);
+  aux_start(stopper, 10);
+  lv_arm_watch();
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  if (!tap_ok(lv_w.fires == 0 && uv_now(&f->loop) - t0 < 2000 && lv_watch.fires == 0,
+              "stopping the last pending timer lets uv_run return at once"))
+    tap_diag("  expected return after ~10 ms with no callback, got %" PRIu64 " ms and %d callbacks",
+             uv_now(&f->loop) - t0, lv_w.fires);
+}
+
+/* An unreferenced wheel still runs its timers while `keep` (the caller
+ * closes it) keeps the loop alive. */
+static void lv_unref_still_runs(fx_t *f, aux_t *keep) {
+  uvtw_wheel_unref(f->wheel);
+  probe_start(&lv_w, 20, 0);
+  aux_init(&f->loop, keep, NULL);
+  aux_start(keep, 60);
+  lv_arm_watch();
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  EXPECT_U64((uint64_t)lv_w.fires, 1,
+             "an unreferenced wheel still runs its timers while the loop is alive");
+  tap_ok(lv_w.early == 0, "... not before their deadline");
+  uvtw_wheel_ref(f->wheel);
+}
+
 static void test_loop_alive(void) {
   const char *T = "loop aliveness";
   fx_t f;
   uvtw_wheel_t *wheel;
   aux_t stopper, keep;
-  uint64_t t0;
 
   if (!fx_open(&f, T, NULL))
     return;
@@ -47,48 +102,9 @@ static void test_loop_alive(void) {
   EXPECT_U64((uint64_t)lv_watch.fires, 0,
              "an empty referenced wheel does not keep uv_run(DEFAULT) from returning");
 
-  uvtw_wheel_unref(wheel);
-  uvtw_wheel_unref(wheel);
-  probe_start(&lv_w, 100, 0);
-  lv_arm_watch();
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_U64(
-      (uint64_t)(lv_w.fires + lv_watch.fires), 0,
-      "an unreferenced wheel with a pending timer does not keep uv_run(DEFAULT) from returning");
-  EXPECT_U64((uint64_t)uvtw_timer_is_active(&lv_w.timer), 1, "... and the timer stays pending");
-
-  uvtw_wheel_ref(wheel);
-  lv_arm_watch();
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_U64(
-      (uint64_t)lv_w.fires, 1,
-      "once referenced again (unref twice, ref once), the wheel keeps uv_run until the timer ran");
-  EXPECT_U64((uint64_t)lv_watch.fires, 0, "... and uv_run then returns by itself");
-  tap_ok(lv_w.early == 0, "... not before its deadline");
-
-  lv_w.fires = 0;
-  t0 = uv_now(&f.loop);
-  probe_start(&lv_w, 2000, 0);
-  aux_init(&f.loop, &stopper, lv_stop_w);
-  aux_start(&stopper, 10);
-  lv_arm_watch();
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  if (!tap_ok(lv_w.fires == 0 && uv_now(&f.loop) - t0 < 2000 && lv_watch.fires == 0,
-              "stopping the last pending timer lets uv_run return at once"))
-    tap_diag("  expected return after ~10 ms with no callback, got %" PRIu64 " ms and %d callbacks",
-             uv_now(&f.loop) - t0, lv_w.fires);
-
-  uvtw_wheel_unref(wheel);
-  probe_start(&lv_w, 20, 0);
-  aux_init(&f.loop, &keep, NULL);
-  aux_start(&keep, 60);
-  lv_arm_watch();
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_U64((uint64_t)lv_w.fires, 1,
-             "an unreferenced wheel still runs its timers while the loop is alive");
-  tap_ok(lv_w.early == 0, "... not before their deadline");
-  uvtw_wheel_ref(wheel);
-
+  lv_unref_then_ref(&f);
+  lv_stop_last_timer(&f, &stopper);
+  lv_unref_still_runs(&f, &keep);
   fx_close_handle(&stopper.handle);
   fx_close_handle(&keep.handle);
   fx_close_handle(&lv_watch.handle);
@@ -616,6 +632,92 @@ static void ref_cb(uvtw_timer_t *timer) {
   ref_has_ref_in_cb = uvtw_timer_has_ref(timer);
 }
 
+/* ref and unref: a setting, not a count, kept while inactive. */
+static void ref_is_a_setting(fx_t *f, uvtw_timer_t *a) {
+  const char *T = f->name;
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 1, "%s: init makes a timer referenced", T);
+  tap_ok(a->data == f, "%s: init leaves data alone", T);
+  uvtw_timer_unref(a);
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 0, "%s: unref makes it unreferenced", T);
+  uvtw_timer_unref(a);
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 0, "%s: unref twice: still unreferenced", T);
+  uvtw_timer_ref(a);
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 1,
+             "%s: unref twice then ref once: referenced (not counted, like uv_ref)", T);
+  uvtw_timer_ref(a);
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 1, "%s: ref twice: referenced", T);
+}
+
+/* An active timer's setting decides at once whether it keeps the loop
+ * alive, through stops and starts. */
+static void ref_of_an_active_timer(fx_t *f, uvtw_timer_t *a) {
+  const char *T = f->name;
+  uvtw_timer_unref(a);
+  uvtw_timer_start(a, ref_cb, 100, 0);
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 0, "%s: the setting survives a start", T);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0,
+             "%s: an active unreferenced timer alone does not keep the loop alive", T);
+  uvtw_timer_stop(a);
+  uvtw_timer_start(a, ref_cb, 100, 0);
+  EXPECT_U64(!!uvtw_timer_has_ref(a), 0, "%s: the setting survives stop and start", T);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0, "%s: ... and the loop is still not kept alive", T);
+  uvtw_timer_ref(a);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 1,
+             "%s: ref on the active timer makes it keep the loop alive at once", T);
+  uvtw_timer_unref(a);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0, "%s: unref on the active timer undoes that at once", T);
+}
+
+/* Two timers: the loop is alive while any referenced timer is pending on a
+ * referenced wheel. */
+static void ref_of_two_timers(fx_t *f, uvtw_timer_t *a, uvtw_timer_t *b) {
+  const char *T = f->name;
+  uvtw_timer_start(b, ref_cb, 200, 0);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 1,
+             "%s: a referenced timer beside an unreferenced one keeps the loop alive", T);
+  uvtw_timer_stop(b);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0,
+             "%s: stopping the referenced one leaves only the unreferenced one: not alive", T);
+  uvtw_timer_start(b, ref_cb, 50, 0);
+  uvtw_timer_unref(b);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0,
+             "%s: both unreferenced (the earlier one unreferenced after its start): not alive", T);
+  uvtw_timer_ref(a);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 1,
+             "%s: the later timer referenced again: alive (whichever is earliest)", T);
+  uvtw_wheel_unref(f->wheel);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0,
+             "%s: an unreferenced wheel never keeps the loop alive, whatever its timers say", T);
+  uvtw_wheel_ref(f->wheel);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 1, "%s: the wheel referenced again: alive", T);
+  uvtw_timer_stop(a);
+  uvtw_timer_stop(b);
+  EXPECT_U64(!!uv_loop_alive(&f->loop), 0, "%s: nothing pending: not alive", T);
+  EXPECT_U64(!!uvtw_timer_has_ref(b), 0, "%s: a stopped timer keeps its setting", T);
+  uvtw_timer_init(f->wheel, b);
+  EXPECT_U64(!!uvtw_timer_has_ref(b), 1, "%s: init of an inactive timer makes it referenced", T);
+}
+
+/* An unreferenced repeating timer fires while something else keeps the
+ * loop alive, stays unreferenced through its re-arms, and lets uv_run
+ * return when the other handle is done. */
+static void unref_repeating_timer(fx_t *f, uvtw_timer_t *a, aux_t *keep) {
+  const char *T = f->name;
+  ref_fires = 0;
+  ref_has_ref_in_cb = -1;
+  uvtw_timer_start(a, ref_cb, 5, 5);
+  uvtw_timer_unref(a);
+  aux_init(&f->loop, keep, NULL);
+  aux_start(keep, 40);
+  EXPECT_I64(uv_run(&f->loop, UV_RUN_DEFAULT), 0,
+             "%s: uv_run(DEFAULT) returns once the referenced helper is done", T);
+  tap_ok(ref_fires >= 2, "%s: the unreferenced repeating timer fired while the loop ran (%d)", T,
+         ref_fires);
+  EXPECT_U64(ref_has_ref_in_cb, 0, "%s: it is still unreferenced after its re-arms", T);
+  EXPECT_U64(!!uvtw_timer_is_active(a), 1, "%s: and still active after uv_run returned", T);
+  EXPECT_U64(f->watchdog_fired, 0, "%s: uv_run did not need the watchdog", T);
+}
+
 static void test_timer_ref_semantics(void) {
   const char *T = "timer ref/unref";
   fx_t f;
@@ -627,74 +729,10 @@ static void test_timer_ref_semantics(void) {
   a.data = &f;
   uvtw_timer_init(f.wheel, &a);
   uvtw_timer_init(f.wheel, &b);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 1, "%s: init makes a timer referenced", T);
-  tap_ok(a.data == &f, "%s: init leaves data alone", T);
-  uvtw_timer_unref(&a);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 0, "%s: unref makes it unreferenced", T);
-  uvtw_timer_unref(&a);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 0, "%s: unref twice: still unreferenced", T);
-  uvtw_timer_ref(&a);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 1,
-             "%s: unref twice then ref once: referenced (not counted, like uv_ref)", T);
-  uvtw_timer_ref(&a);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 1, "%s: ref twice: referenced", T);
-
-  uvtw_timer_unref(&a);
-  uvtw_timer_start(&a, ref_cb, 100, 0);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 0, "%s: the setting survives a start", T);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
-             "%s: an active unreferenced timer alone does not keep the loop alive", T);
-  uvtw_timer_stop(&a);
-  uvtw_timer_start(&a, ref_cb, 100, 0);
-  EXPECT_U64(!!uvtw_timer_has_ref(&a), 0, "%s: the setting survives stop and start", T);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0, "%s: ... and the loop is still not kept alive", T);
-  uvtw_timer_ref(&a);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 1,
-             "%s: ref on the active timer makes it keep the loop alive at once", T);
-  uvtw_timer_unref(&a);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0, "%s: unref on the active timer undoes that at once", T);
-
-  uvtw_timer_start(&b, ref_cb, 200, 0);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 1,
-             "%s: a referenced timer beside an unreferenced one keeps the loop alive", T);
-  uvtw_timer_stop(&b);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
-             "%s: stopping the referenced one leaves only the unreferenced one: not alive", T);
-  uvtw_timer_start(&b, ref_cb, 50, 0);
-  uvtw_timer_unref(&b);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
-             "%s: both unreferenced (the earlier one unreferenced after its start): not alive", T);
-  uvtw_timer_ref(&a);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 1,
-             "%s: the later timer referenced again: alive (whichever is earliest)", T);
-  uvtw_wheel_unref(f.wheel);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0,
-             "%s: an unreferenced wheel never keeps the loop alive, whatever its timers say", T);
-  uvtw_wheel_ref(f.wheel);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 1, "%s: the wheel referenced again: alive", T);
-  uvtw_timer_stop(&a);
-  uvtw_timer_stop(&b);
-  EXPECT_U64(!!uv_loop_alive(&f.loop), 0, "%s: nothing pending: not alive", T);
-  EXPECT_U64(!!uvtw_timer_has_ref(&b), 0, "%s: a stopped timer keeps its setting", T);
-  uvtw_timer_init(f.wheel, &b);
-  EXPECT_U64(!!uvtw_timer_has_ref(&b), 1, "%s: init of an inactive timer makes it referenced", T);
-
-  /* An unreferenced repeating timer fires while something else keeps the
-   * loop alive, stays unreferenced through its re-arms, and lets uv_run
-   * return when the other handle is done. */
-  ref_fires = 0;
-  ref_has_ref_in_cb = -1;
-  uvtw_timer_start(&a, ref_cb, 5, 5);
-  uvtw_timer_unref(&a);
-  aux_init(&f.loop, &keep, NULL);
-  aux_start(&keep, 40);
-  EXPECT_I64(uv_run(&f.loop, UV_RUN_DEFAULT), 0,
-             "%s: uv_run(DEFAULT) returns once the referenced helper is done", T);
-  tap_ok(ref_fires >= 2, "%s: the unreferenced repeating timer fired while the loop ran (%d)", T,
-         ref_fires);
-  EXPECT_U64(ref_has_ref_in_cb, 0, "%s: it is still unreferenced after its re-arms", T);
-  EXPECT_U64(!!uvtw_timer_is_active(&a), 1, "%s: and still active after uv_run returned", T);
-  EXPECT_U64(f.watchdog_fired, 0, "%s: uv_run did not need the watchdog", T);
+  ref_is_a_setting(&f, &a);
+  ref_of_an_active_timer(&f, &a);
+  ref_of_two_timers(&f, &a, &b);
+  unref_repeating_timer(&f, &a, &keep);
   uvtw_timer_stop(&a);
   fx_close_handle(&keep.handle);
   fx_close(&f);

@@ -49,6 +49,34 @@ static void on_wheel_closed(uvtw_wheel_t *wheel, void *arg) {
 
 /* ---- Timers pending at close ------------------------------------------------ */
 
+/* On a closing wheel a start or again is refused, a stop is a no-op, and
+ * a timer initialised there cannot start. */
+static void closing_wheel_refuses(uvtw_wheel_t *wheel, probe_t *p1, probe_t *p2, probe_t *p3,
+                                  probe_t *fresh) {
+  EXPECT_ERR(probe_start(p1, 5, 0), UV_ECANCELED, "start on a closing wheel returns UV_ECANCELED");
+  EXPECT_U64((uint64_t)uvtw_timer_is_active(&p1->timer), 0, "... and leaves the timer inactive");
+  EXPECT_ERR(uvtw_timer_again(&p2->timer), UV_ECANCELED,
+             "again on a closing wheel returns UV_ECANCELED");
+  EXPECT_ERR(uvtw_timer_stop(&p3->timer), 0, "stop of a dropped timer returns 0");
+  uvtw_timer_init(wheel, &fresh->timer);
+  EXPECT_ERR(uvtw_timer_start(&fresh->timer, probe_cb, 1, 0), UV_ECANCELED,
+             "start of a timer initialized on a closing wheel returns UV_ECANCELED");
+}
+
+/* The stats after the close against `before` it. */
+static void expect_close_counts_nothing(const uvtw_wheel_t *wheel, const uvtw_stats_t *before) {
+  uvtw_stats_t after = fx_stats(wheel);
+  EXPECT_U64(after.active, 0, "stats.active is 0 after close");
+  if (!tap_ok(after.stopped == before->stopped && after.started == before->started &&
+                  after.fired == before->fired,
+              "timers dropped by close count as neither stopped nor fired (nor started by failed "
+              "starts)"))
+    tap_diag("  expected started/stopped/fired %" PRIu64 "/%" PRIu64 "/%" PRIu64 ", got %" PRIu64
+             "/%" PRIu64 "/%" PRIu64,
+             before->started, before->stopped, before->fired, after.started, after.stopped,
+             after.fired);
+}
+
 static void test_close_pending_timers(void) {
   const char *T = "close with pending timers";
   fx_t f;
@@ -56,7 +84,7 @@ static void test_close_pending_timers(void) {
   probe_t p1, p2, p3, p4, fresh;
   close_rec_t rec, rec2;
   aux_t keep;
-  uvtw_stats_t before, after;
+  uvtw_stats_t before;
 
   if (!fx_open(&f, T, NULL))
     return;
@@ -84,24 +112,8 @@ static void test_close_pending_timers(void) {
          "uvtw_wheel_close makes every pending timer inactive at once");
   EXPECT_U64(uvtw_timer_get_due_in(&p1.timer), 0, "a timer dropped by close has due_in 0");
   EXPECT_I64(uvtw_wheel_next_due(wheel), -1, "after close nothing is pending (next_due -1)");
-  EXPECT_ERR(probe_start(&p1, 5, 0), UV_ECANCELED, "start on a closing wheel returns UV_ECANCELED");
-  EXPECT_U64((uint64_t)uvtw_timer_is_active(&p1.timer), 0, "... and leaves the timer inactive");
-  EXPECT_ERR(uvtw_timer_again(&p2.timer), UV_ECANCELED,
-             "again on a closing wheel returns UV_ECANCELED");
-  EXPECT_ERR(uvtw_timer_stop(&p3.timer), 0, "stop of a dropped timer returns 0");
-  uvtw_timer_init(wheel, &fresh.timer);
-  EXPECT_ERR(uvtw_timer_start(&fresh.timer, probe_cb, 1, 0), UV_ECANCELED,
-             "start of a timer initialized on a closing wheel returns UV_ECANCELED");
-  after = fx_stats(wheel);
-  EXPECT_U64(after.active, 0, "stats.active is 0 after close");
-  if (!tap_ok(after.stopped == before.stopped && after.started == before.started &&
-                  after.fired == before.fired,
-              "timers dropped by close count as neither stopped nor fired (nor started by failed "
-              "starts)"))
-    tap_diag("  expected started/stopped/fired %" PRIu64 "/%" PRIu64 "/%" PRIu64 ", got %" PRIu64
-             "/%" PRIu64 "/%" PRIu64,
-             before.started, before.stopped, before.fired, after.started, after.stopped,
-             after.fired);
+  closing_wheel_refuses(wheel, &p1, &p2, &p3, &fresh);
+  expect_close_counts_nothing(wheel, &before);
   uvtw_wheel_close(wheel, on_wheel_closed, &rec2); /* a second close is ignored */
 
   aux_init(&f.loop, &keep, NULL);
@@ -140,12 +152,10 @@ static void cc_r_action(probe_t *p) {
   cc_again_r = uvtw_timer_again(&p->timer);
 }
 
-static void test_close_from_timer_cb(void) {
-  const char *T = "close from a callback";
+/* A one-shot closes the wheel; B is due in the same pass, C later. */
+static void close_from_oneshot_cb(const char *T) {
   fx_t f;
   aux_t keep;
-
-  /* A one-shot closes the wheel; B is due in the same pass, C later. */
   if (!fx_open(&f, T, NULL))
     return;
   cc_wheel = f.wheel;
@@ -172,8 +182,12 @@ static void test_close_from_timer_cb(void) {
   fx_close_handle(&keep.handle);
   f.wheel = NULL; /* closed above */
   fx_close(&f);
+}
 
-  /* A repeating timer (already re-armed) closes the wheel in its callback. */
+/* A repeating timer (already re-armed) closes the wheel in its callback. */
+static void close_from_repeating_cb(const char *T) {
+  fx_t f;
+  aux_t keep;
   if (!fx_open(&f, T, NULL))
     return;
   cc_wheel = f.wheel;
@@ -196,8 +210,11 @@ static void test_close_from_timer_cb(void) {
   f.wheel = NULL; /* closed above */
   fx_close(&f);
   log_reset();
+}
 
-  /* Close with a NULL callback still closes both handles. */
+/* Close with a NULL callback still closes both handles. */
+static void close_with_null_cb(const char *T) {
+  fx_t f;
   if (!fx_open(&f, T, NULL))
     return;
   cc_wheel = f.wheel;
@@ -209,6 +226,13 @@ static void test_close_from_timer_cb(void) {
   f.wheel = NULL;
   f.name = "close with a NULL callback";
   fx_close(&f);
+}
+
+static void test_close_from_timer_cb(void) {
+  const char *T = "close from a callback";
+  close_from_oneshot_cb(T);
+  close_from_repeating_cb(T);
+  close_with_null_cb(T);
 }
 
 /* ---- Tasks pending at close ------------------------------------------------- */
@@ -289,79 +313,104 @@ static void close_inside_task_cb(void *arg, int status) {
   }
 }
 
+/* A: 10 s with a ticket; B: 0 ms with a ticket, never given a loop run;
+ * C: 5 s fire-and-forget; D: cancelled before close; E: scheduled by
+ * another thread and still in the queue at close (the loop never ran). */
+static void close_tasks_schedule(close_test_t *c, uvtw_ticket_t *tickets[CLOSE_PROBES]) {
+  int ok = 1;
+  ok &= uvtw_schedule(c->wheel, 10000, close_task_cb, &c->probes[CLOSE_A], &tickets[CLOSE_A]) == 0;
+  ok &= uvtw_schedule(c->wheel, 0, close_task_cb, &c->probes[CLOSE_B], &tickets[CLOSE_B]) == 0;
+  ok &= uvtw_schedule(c->wheel, 5000, close_task_cb, &c->probes[CLOSE_C], NULL) == 0;
+  ok &= uvtw_schedule(c->wheel, 10000, close_task_cb, &c->probes[CLOSE_D], &tickets[CLOSE_D]) == 0;
+  tap_ok(ok, "close: four tasks scheduled on the loop thread");
+  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_D]), 0,
+             "close: one of them is cancelled before close");
+  ticket_job_t job = {.wheel = c->wheel, .probe = &c->probes[CLOSE_E]};
+  uv_thread_t thread;
+  uv_thread_create(&thread, schedule_job, &job);
+  uv_thread_join(&thread);
+  EXPECT_ERR(job.rc, 0, "close: another thread scheduled a fifth task (still queued)");
+  tickets[CLOSE_E] = job.ticket;
+}
+
+/* Once uvtw_wheel_close has returned, every schedule is refused, from any
+ * thread; a won cancel still returns 0. */
+static void close_tasks_refused(close_test_t *c, uvtw_ticket_t *cancelled) {
+  uvtw_ticket_t *t = SENTINEL;
+  EXPECT_ERR(uvtw_schedule(c->wheel, 0, task_probe_cb, &c->probes[CLOSE_D], &t), UV_ECANCELED,
+             "close: schedule after uvtw_wheel_close returned is UV_ECANCELED");
+  tap_ok(t == SENTINEL, "close: ...and leaves *ticket untouched");
+  EXPECT_ERR(uvtw_schedule(c->wheel, 0, task_probe_cb, &c->probes[CLOSE_D], NULL), UV_ECANCELED,
+             "close: fire-and-forget after close is UV_ECANCELED");
+  ticket_job_t job = {.wheel = c->wheel, .probe = &c->probes[CLOSE_E], .rc = 1, .ticket = SENTINEL};
+  uv_thread_t thread;
+  uv_thread_create(&thread, schedule_job, &job);
+  uv_thread_join(&thread);
+  EXPECT_ERR(job.rc, UV_ECANCELED,
+             "close: another thread's schedule on the closing wheel is UV_ECANCELED");
+  tap_ok(job.ticket == SENTINEL, "close: ...and leaves its *ticket untouched");
+  EXPECT_ERR(uvtw_ticket_cancel(cancelled), 0, "close: a won cancel still returns 0 while closing");
+}
+
+/* After the close callback: what ran, when, with which status. */
+static void close_tasks_expect_cancelled(const close_test_t *c) {
+  int ok = 1;
+  EXPECT_U64(c->close_cb_runs, 1, "close: the close callback ran exactly once");
+  for (int i = 0; i < CLOSE_PROBES; i++) {
+    if (i == CLOSE_D)
+      continue;
+    ok &= c->calls_at_close_cb[i] == 1 && c->probes[i].calls == 1;
+    ok &= c->probes[i].status == UV_ECANCELED && !c->probes[i].wrong_thread;
+  }
+  if (!tap_ok(ok, "close: every pending task (in the wheel or still queued) ran once with "
+                  "UV_ECANCELED, on the loop thread, before the close callback"))
+    for (int i = 0; i < CLOSE_PROBES; i++)
+      tap_diag("  task %c: calls at close cb %d, calls %d, status %s", 'A' + i,
+               c->calls_at_close_cb[i], c->probes[i].calls, tap_err_name_(c->probes[i].status));
+  EXPECT_U64(c->probes[CLOSE_D].calls, 0,
+             "close: the task whose cancel won never ran, not even at close");
+  EXPECT_U64(c->ecanceled_before_close, 0, "close: no UV_ECANCELED before uvtw_wheel_close");
+  EXPECT_ERR(c->schedule_in_task_cb, UV_ECANCELED,
+             "close: schedule inside an UV_ECANCELED callback is UV_ECANCELED");
+  tap_ok(c->schedule_in_task_cb_untouched, "close: ...and leaves *ticket untouched");
+  EXPECT_ERR(c->schedule_in_close_cb, UV_ECANCELED,
+             "close: schedule inside the close callback is UV_ECANCELED");
+}
+
+/* E's and B's tickets, cancelled and released from another thread after
+ * the loop itself is gone. */
+static void close_tasks_release_late(uvtw_ticket_t *e, uvtw_ticket_t *b) {
+  uv_thread_t thread;
+  ticket_job_t late = {.ticket = e};
+  uv_thread_create(&thread, cancel_release_job, &late);
+  uv_thread_join(&thread);
+  EXPECT_ERR(
+      late.cancel_rc, UV_EALREADY,
+      "close: another thread cancels a queued-at-close task after the loop closed: UV_EALREADY");
+  late.ticket = b;
+  uv_thread_create(&thread, cancel_release_job, &late);
+  uv_thread_join(&thread);
+  EXPECT_ERR(late.cancel_rc, UV_EALREADY, "close: ...and releases the last ticket there");
+}
+
 static void test_close_tasks(void) {
   fx_t f;
   close_test_t c;
   uvtw_ticket_t *tickets[CLOSE_PROBES] = {0};
-  uvtw_ticket_t *t;
 
   memset(&c, 0, sizeof c);
   close_ctx = &c;
   if (!fx_open(&f, "close", NULL))
     return;
   c.wheel = f.wheel;
-
-  /* A: 10 s with a ticket; B: 0 ms with a ticket, never given a loop run;
-   * C: 5 s fire-and-forget; D: cancelled before close; E: scheduled by another
-   * thread and still in the queue at close (the loop never ran). */
-  int ok = 1;
-  ok &= uvtw_schedule(c.wheel, 10000, close_task_cb, &c.probes[CLOSE_A], &tickets[CLOSE_A]) == 0;
-  ok &= uvtw_schedule(c.wheel, 0, close_task_cb, &c.probes[CLOSE_B], &tickets[CLOSE_B]) == 0;
-  ok &= uvtw_schedule(c.wheel, 5000, close_task_cb, &c.probes[CLOSE_C], NULL) == 0;
-  ok &= uvtw_schedule(c.wheel, 10000, close_task_cb, &c.probes[CLOSE_D], &tickets[CLOSE_D]) == 0;
-  tap_ok(ok, "close: four tasks scheduled on the loop thread");
-  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_D]), 0,
-             "close: one of them is cancelled before close");
-  ticket_job_t job = {.wheel = c.wheel, .probe = &c.probes[CLOSE_E]};
-  uv_thread_t thread;
-  uv_thread_create(&thread, schedule_job, &job);
-  uv_thread_join(&thread);
-  EXPECT_ERR(job.rc, 0, "close: another thread scheduled a fifth task (still queued)");
-  tickets[CLOSE_E] = job.ticket;
-
+  close_tasks_schedule(&c, tickets);
   c.close_called = 1;
   uvtw_wheel_close(c.wheel, close_test_cb, &c);
-  t = SENTINEL;
-  EXPECT_ERR(uvtw_schedule(c.wheel, 0, task_probe_cb, &c.probes[CLOSE_D], &t), UV_ECANCELED,
-             "close: schedule after uvtw_wheel_close returned is UV_ECANCELED");
-  tap_ok(t == SENTINEL, "close: ...and leaves *ticket untouched");
-  EXPECT_ERR(uvtw_schedule(c.wheel, 0, task_probe_cb, &c.probes[CLOSE_D], NULL), UV_ECANCELED,
-             "close: fire-and-forget after close is UV_ECANCELED");
-  job.rc = 1;
-  job.ticket = SENTINEL;
-  uv_thread_create(&thread, schedule_job, &job);
-  uv_thread_join(&thread);
-  EXPECT_ERR(job.rc, UV_ECANCELED,
-             "close: another thread's schedule on the closing wheel is UV_ECANCELED");
-  tap_ok(job.ticket == SENTINEL, "close: ...and leaves its *ticket untouched");
-  EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_D]), 0,
-             "close: a won cancel still returns 0 while closing");
-
+  f.wheel = NULL; /* closed here, its callback under test */
+  close_tasks_refused(&c, tickets[CLOSE_D]);
   uv_run(&f.loop, UV_RUN_DEFAULT);
   uv_run(&f.loop, UV_RUN_DEFAULT);
-
-  EXPECT_U64(c.close_cb_runs, 1, "close: the close callback ran exactly once");
-  ok = 1;
-  for (int i = 0; i < CLOSE_PROBES; i++) {
-    if (i == CLOSE_D)
-      continue;
-    ok &= c.calls_at_close_cb[i] == 1 && c.probes[i].calls == 1;
-    ok &= c.probes[i].status == UV_ECANCELED && !c.probes[i].wrong_thread;
-  }
-  if (!tap_ok(ok, "close: every pending task (in the wheel or still queued) ran once with "
-                  "UV_ECANCELED, on the loop thread, before the close callback"))
-    for (int i = 0; i < CLOSE_PROBES; i++)
-      tap_diag("  task %c: calls at close cb %d, calls %d, status %s", 'A' + i,
-               c.calls_at_close_cb[i], c.probes[i].calls, tap_err_name_(c.probes[i].status));
-  EXPECT_U64(c.probes[CLOSE_D].calls, 0,
-             "close: the task whose cancel won never ran, not even at close");
-  EXPECT_U64(c.ecanceled_before_close, 0, "close: no UV_ECANCELED before uvtw_wheel_close");
-  EXPECT_ERR(c.schedule_in_task_cb, UV_ECANCELED,
-             "close: schedule inside an UV_ECANCELED callback is UV_ECANCELED");
-  tap_ok(c.schedule_in_task_cb_untouched, "close: ...and leaves *ticket untouched");
-  EXPECT_ERR(c.schedule_in_close_cb, UV_ECANCELED,
-             "close: schedule inside the close callback is UV_ECANCELED");
-
+  close_tasks_expect_cancelled(&c);
   EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_A]), UV_EALREADY,
              "close: cancel after close of a task that ran with UV_ECANCELED is UV_EALREADY");
   EXPECT_ERR(uvtw_ticket_cancel(tickets[CLOSE_B]), UV_EALREADY,
@@ -370,19 +419,8 @@ static void test_close_tasks(void) {
              "close: a won cancel still returns 0 after close");
   uvtw_ticket_release(tickets[CLOSE_A]);
   uvtw_ticket_release(tickets[CLOSE_D]);
-  f.wheel = NULL; /* closed above */
   fx_close(&f);
-  /* Released from another thread after the loop itself is gone. */
-  ticket_job_t late = {.ticket = tickets[CLOSE_E]};
-  uv_thread_create(&thread, cancel_release_job, &late);
-  uv_thread_join(&thread);
-  EXPECT_ERR(
-      late.cancel_rc, UV_EALREADY,
-      "close: another thread cancels a queued-at-close task after the loop closed: UV_EALREADY");
-  late.ticket = tickets[CLOSE_B];
-  uv_thread_create(&thread, cancel_release_job, &late);
-  uv_thread_join(&thread);
-  EXPECT_ERR(late.cancel_rc, UV_EALREADY, "close: ...and releases the last ticket there");
+  close_tasks_release_late(tickets[CLOSE_E], tickets[CLOSE_B]);
 }
 
 /* Inside the UV_ECANCELED callbacks of a close, every timer is already
@@ -578,11 +616,8 @@ static void close_now(uv_timer_t *t) {
   uv_close((uv_handle_t *)&closer, NULL);
 }
 
-static void test_close_everything_outstanding(void) {
-  fx_t f;
-  if (!fx_open(&f, "close with everything outstanding", NULL))
-    return;
-  wheel = f.wheel;
+/* Timers, some repeating, and loop-thread tasks, half with tickets. */
+static void oc_fill(void) {
   for (int i = 0; i < LOOP_TIMERS; i++) {
     uvtw_timer_init(wheel, &timers[i]);
     uvtw_timer_start(&timers[i], oc_timer_cb, (uint64_t)(i % 100) * 3, i % 7 == 0 ? 5 : 0);
@@ -594,16 +629,11 @@ static void test_close_everything_outstanding(void) {
     if (r == 0)
       atomic_fetch_add(&scheduled_ok, 1);
   }
-  producer_t producers[THREADS];
-  memset(producers, 0, sizeof producers);
-  for (int t = 0; t < THREADS; t++)
-    pthread_create(&producers[t].thread, NULL, produce, &producers[t]);
+}
 
-  uv_timer_init(&f.loop, &closer);
-  uv_timer_start(&closer, close_now, 20, 5);
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  tap_ok(atomic_load(&close_cb_ran) == 1, "the close callback ran once the handles closed");
-
+/* Right after the close: every timer inactive, every loop-thread ticket
+ * too late to cancel. */
+static void oc_expect_closed(void) {
   int active_after = 0;
   for (int i = 0; i < LOOP_TIMERS; i++)
     active_after += uvtw_timer_is_active(&timers[i]);
@@ -617,11 +647,10 @@ static void test_close_everything_outstanding(void) {
   }
   EXPECT_U64(loop_cancel_won, 0,
              "after close, cancelling a loop-thread ticket returns UV_EALREADY");
+}
 
-  for (int t = 0; t < THREADS; t++)
-    pthread_join(producers[t].thread, NULL);
-
-  uv_run(&f.loop, UV_RUN_DEFAULT);
+/* Once the producers are done: every task ended once, no timer fired. */
+static void oc_expect_ended(void) {
   EXPECT_U64(timer_fired_after_close, 0, "no timer fires after close");
   EXPECT_U64(atomic_load(&ended_twice), 0,
              "no task ended twice, no unexpected error, no late cancel won");
@@ -633,6 +662,30 @@ static void test_close_everything_outstanding(void) {
          atomic_load(&ran_cancelled), atomic_load(&ran_due));
   tap_diag("scheduled %ld, refused after close %ld, won cancels %ld", atomic_load(&scheduled_ok),
            atomic_load(&schedule_refused), atomic_load(&cancels_won));
+}
+
+static void test_close_everything_outstanding(void) {
+  fx_t f;
+  if (!fx_open(&f, "close with everything outstanding", NULL))
+    return;
+  wheel = f.wheel;
+  oc_fill();
+  producer_t producers[THREADS];
+  memset(producers, 0, sizeof producers);
+  for (int t = 0; t < THREADS; t++)
+    pthread_create(&producers[t].thread, NULL, produce, &producers[t]);
+
+  uv_timer_init(&f.loop, &closer);
+  uv_timer_start(&closer, close_now, 20, 5);
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  tap_ok(atomic_load(&close_cb_ran) == 1, "the close callback ran once the handles closed");
+
+  oc_expect_closed();
+  for (int t = 0; t < THREADS; t++)
+    pthread_join(producers[t].thread, NULL);
+
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  oc_expect_ended();
   f.wheel = NULL; /* closed by close_now */
   fx_close(&f);   /* the loop closes: the wheel left no handle behind */
 }
@@ -806,6 +859,49 @@ static void test_walk_after_close(void) {
   EXPECT_U64(!!uvtw_timer_is_active(&timer), 0, "%s: the timer is inactive", T);
 }
 
+/* With the loop gone, the wheel's close runs its callback inside the call,
+ * ending every task, queued or in the wheel, with UV_ECANCELED. */
+static void close_wheel_after_loop(const char *T, uvtw_wheel_t *wheel, task_probe_t *pending,
+                                   task_probe_t *queued, uvtw_ticket_t *ticket) {
+  int closes = 0;
+  uvtw_wheel_close(wheel, count_close_cb, &closes);
+  EXPECT_U64(closes, 1, "%s: uvtw_wheel_close ran its callback (inside the call: no loop)", T);
+  EXPECT_U64(pending->calls, 1, "%s: the pending task in the wheel ran once...", T);
+  EXPECT_I64(pending->status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
+  EXPECT_U64(queued->calls, 1, "%s: the task still queued ran once...", T);
+  EXPECT_I64(queued->status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
+  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY,
+             "%s: its ticket is still safe to cancel: UV_EALREADY", T);
+  uvtw_ticket_release(ticket);
+}
+
+/* Timers outlive the wheel: what a connection's teardown calls is inert. */
+static void closed_wheels_timers_inert(const char *T, uvtw_timer_t *timer, uvtw_timer_t *idle) {
+  EXPECT_ERR(uvtw_timer_stop(timer), 0, "%s: stop after the close callback is a no-op", T);
+  EXPECT_U64(!!uvtw_timer_is_active(timer), 0, "%s: the timer is inactive", T);
+  EXPECT_U64(uvtw_timer_get_due_in(timer), 0, "%s: ...and due in 0", T);
+  EXPECT_ERR(uvtw_timer_stop(idle), 0, "%s: stop of a timer never started: a no-op", T);
+}
+
+/* The timers may be given to a new wheel. */
+static void closed_wheels_timer_reused(const char *T, uvtw_timer_t *timer) {
+  int closes = 0;
+  uv_loop_t again;
+  uvtw_wheel_t *second;
+  if (tap_ok(uv_loop_init(&again) == 0 && uvtw_wheel_new(&again, NULL, &second) == 0,
+             "%s: a new loop and wheel", T)) {
+    uvtw_timer_init(second, timer);
+    EXPECT_ERR(uvtw_timer_start(timer, fx_noop_timer_cb, 1, 0), 0,
+               "%s: a timer of the closed wheel, initialised again, starts on the new one", T);
+    uv_run(&again, UV_RUN_DEFAULT);
+    EXPECT_U64(fx_stats(second).fired, 1, "%s: ...and fires", T);
+    uvtw_wheel_close(second, count_close_cb, &closes);
+    uv_run(&again, UV_RUN_DEFAULT);
+    EXPECT_U64(closes, 1, "%s: the new wheel closes", T);
+    EXPECT_ERR(uv_loop_close(&again), 0, "%s: ...and its loop", T);
+  }
+}
+
 static void test_walk_before_close(void) {
   const char *T = "walk_before_close";
   uv_loop_t *loop = fx_xcalloc(1, sizeof *loop);
@@ -813,7 +909,6 @@ static void test_walk_before_close(void) {
   uvtw_timer_t timer, idle;
   task_probe_t pending = {0}, queued = {0};
   uvtw_ticket_t *ticket = NULL;
-  int closes = 0;
   if (!tap_ok(uv_loop_init(loop) == 0 && uvtw_wheel_new(loop, NULL, &wheel) == 0,
               "%s: a loop and a wheel", T)) {
     free(loop);
@@ -837,39 +932,9 @@ static void test_walk_before_close(void) {
   free(loop);
   EXPECT_U64(pending.calls + queued.calls, 0, "%s: the tasks have not run yet", T);
 
-  /* Then the wheel. */
-  uvtw_wheel_close(wheel, count_close_cb, &closes);
-  EXPECT_U64(closes, 1, "%s: uvtw_wheel_close ran its callback (inside the call: no loop)", T);
-  EXPECT_U64(pending.calls, 1, "%s: the pending task in the wheel ran once...", T);
-  EXPECT_I64(pending.status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
-  EXPECT_U64(queued.calls, 1, "%s: the task still queued ran once...", T);
-  EXPECT_I64(queued.status, UV_ECANCELED, "%s: ...with UV_ECANCELED", T);
-  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY,
-             "%s: its ticket is still safe to cancel: UV_EALREADY", T);
-  uvtw_ticket_release(ticket);
-
-  /* Timers outlive the wheel: what a connection's teardown calls is inert. */
-  EXPECT_ERR(uvtw_timer_stop(&timer), 0, "%s: stop after the close callback is a no-op", T);
-  EXPECT_U64(!!uvtw_timer_is_active(&timer), 0, "%s: the timer is inactive", T);
-  EXPECT_U64(uvtw_timer_get_due_in(&timer), 0, "%s: ...and due in 0", T);
-  EXPECT_ERR(uvtw_timer_stop(&idle), 0, "%s: stop of a timer never started: a no-op", T);
-
-  /* The timers may be given to a new wheel. */
-  uv_loop_t again;
-  uvtw_wheel_t *second;
-  if (tap_ok(uv_loop_init(&again) == 0 && uvtw_wheel_new(&again, NULL, &second) == 0,
-             "%s: a new loop and wheel", T)) {
-    uvtw_timer_init(second, &timer);
-    EXPECT_ERR(uvtw_timer_start(&timer, fx_noop_timer_cb, 1, 0), 0,
-               "%s: a timer of the closed wheel, initialised again, starts on the new one", T);
-    uv_run(&again, UV_RUN_DEFAULT);
-    EXPECT_U64(fx_stats(second).fired, 1, "%s: ...and fires", T);
-    closes = 0;
-    uvtw_wheel_close(second, count_close_cb, &closes);
-    uv_run(&again, UV_RUN_DEFAULT);
-    EXPECT_U64(closes, 1, "%s: the new wheel closes", T);
-    EXPECT_ERR(uv_loop_close(&again), 0, "%s: ...and its loop", T);
-  }
+  close_wheel_after_loop(T, wheel, &pending, &queued, ticket);
+  closed_wheels_timers_inert(T, &timer, &idle);
+  closed_wheels_timer_reused(T, &timer);
 }
 
 /* A wheel timer's callback shuts the program down with a uv_walk that

@@ -45,43 +45,35 @@ static void closing_cb(uvtw_wheel_t *wheel, void *arg) {
   closing_next = uvtw_wheel_advance_next(wheel);
 }
 
-static void test_manual_errors(void) {
-  const char *T = "manual clock errors";
-  fx_t f;
-  uvtw_wheel_t *manual, *other, *bad = NULL;
-  uvtw_timer_t timer;
+/* Argument errors, and a manual call on a wheel on the loop's clock. */
+static void manual_errors_arguments(fx_t *f) {
+  const char *T = f->name;
+  uvtw_wheel_t *bad = NULL;
   uvtw_options_t two = {.manual_clock = 2};
-
-  if (!fx_open(&f, T, NULL))
-    return;
-  EXPECT_ERR(uvtw_wheel_new(&f.loop, &two, &bad), UV_EINVAL,
+  EXPECT_ERR(uvtw_wheel_new(&f->loop, &two, &bad), UV_EINVAL,
              "%s: manual_clock other than 0 or 1 is UV_EINVAL", T);
   tap_ok(bad == NULL, "%s: ... and leaves *out untouched", T);
   EXPECT_ERR(uvtw_wheel_advance(NULL, 1), UV_EINVAL, "%s: advance(NULL) is UV_EINVAL", T);
   EXPECT_I64(uvtw_wheel_advance_next(NULL), UV_EINVAL, "%s: advance_next(NULL) is UV_EINVAL", T);
-  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 1), UV_EINVAL,
+  EXPECT_ERR(uvtw_wheel_advance(f->wheel, 1), UV_EINVAL,
              "%s: advance on a wheel on the loop's clock is UV_EINVAL", T);
-  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EINVAL,
+  EXPECT_I64(uvtw_wheel_advance_next(f->wheel), UV_EINVAL,
              "%s: advance_next on a wheel on the loop's clock is UV_EINVAL", T);
-  EXPECT_U64(uvtw_wheel_now(f.wheel), uv_now(&f.loop),
+  EXPECT_U64(uvtw_wheel_now(f->wheel), uv_now(&f->loop),
              "%s: uvtw_wheel_now of a loop-clock wheel is uv_now(loop)", T);
+}
 
-  manual = fx_wheel_new(&f, &manual_opts);
-  other = fx_wheel_new(&f, &manual_opts);
-  if (manual == NULL || other == NULL) {
-    if (manual)
-      fx_wheel_close(&f, manual);
-    if (other)
-      fx_wheel_close(&f, other);
-    fx_close(&f);
-    return;
-  }
+/* Inside one of the wheel's callbacks an advance is UV_EBUSY; another
+ * manual wheel may advance. */
+static void manual_errors_busy(fx_t *f, uvtw_wheel_t *manual, uvtw_wheel_t *other,
+                               uvtw_timer_t *timer) {
+  const char *T = f->name;
   busy_wheel = manual;
   busy_other = other;
   busy_advance = busy_next = busy_other_advance = busy_task_advance = 1;
   busy_task_next = 1;
-  uvtw_timer_init(manual, &timer);
-  uvtw_timer_start(&timer, busy_timer_cb, 5, 0);
+  uvtw_timer_init(manual, timer);
+  uvtw_timer_start(timer, busy_timer_cb, 5, 0);
   EXPECT_ERR(uvtw_schedule(manual, 5, busy_task_cb, NULL, NULL), 0,
              "%s: a loop-thread task on a manual wheel is scheduled", T);
   EXPECT_ERR(uvtw_wheel_advance(manual, 10), 0, "%s: advance returns 0", T);
@@ -95,20 +87,40 @@ static void test_manual_errors(void) {
              "%s: advance_next inside one of the wheel's task callbacks is UV_EBUSY", T);
   EXPECT_ERR(busy_other_advance, 0,
              "%s: advancing another manual wheel from inside a callback is allowed", T);
+}
 
-  uvtw_timer_start(&timer, busy_timer_cb, 5, 0);
-  uvtw_wheel_close(manual, closing_cb, NULL);
+/* Once the wheel is closing, and inside its close callback, an advance is
+ * UV_ECANCELED. */
+static void manual_errors_closing(fx_t *f, uvtw_wheel_t *manual, uvtw_timer_t *timer) {
+  const char *T = f->name;
+  uvtw_timer_start(timer, busy_timer_cb, 5, 0);
+  uvtw_wheel_close(manual, closing_cb, NULL); /* its close callback is under test */
+  f->more[0] = NULL;
   EXPECT_ERR(uvtw_wheel_advance(manual, 1), UV_ECANCELED,
              "%s: advance once the wheel is closing is UV_ECANCELED", T);
   EXPECT_I64(uvtw_wheel_advance_next(manual), UV_ECANCELED,
              "%s: advance_next once the wheel is closing is UV_ECANCELED", T);
   for (int i = 0; i < 5 && closing_advance == 1; i++)
-    uv_run(&f.loop, UV_RUN_NOWAIT);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
   EXPECT_ERR(closing_advance, UV_ECANCELED, "%s: advance inside the close callback is UV_ECANCELED",
              T);
   EXPECT_I64(closing_next, UV_ECANCELED,
              "%s: advance_next inside the close callback is UV_ECANCELED", T);
-  fx_wheel_close(&f, other);
+}
+
+static void test_manual_errors(void) {
+  const char *T = "manual clock errors";
+  fx_t f;
+  uvtw_wheel_t *manual, *other;
+  uvtw_timer_t timer;
+
+  if (!fx_open_more(&f, T, NULL, 2, &manual_opts))
+    return;
+  manual = f.more[0];
+  other = f.more[1];
+  manual_errors_arguments(&f);
+  manual_errors_busy(&f, manual, other, &timer);
+  manual_errors_closing(&f, manual, &timer);
   fx_close(&f);
 }
 
@@ -163,6 +175,46 @@ static void test_manual_now(void) {
 
 enum { ORD_TIMERS = 24 };
 
+/* The names of the ORD_TIMERS probes but `skip` in the order they must
+ * run: by deadline, then by start (an insertion sort). */
+static void manual_expected_order(const uint64_t deadline[ORD_TIMERS],
+                                  const uint64_t seq[ORD_TIMERS], int skip,
+                                  char expect[ORD_TIMERS + 1]) {
+  int idx[ORD_TIMERS], n = 0;
+  for (int i = 0; i < ORD_TIMERS; i++) {
+    if (i == skip)
+      continue;
+    int k = n++;
+    while (k > 0 && (deadline[idx[k - 1]] > deadline[i] ||
+                     (deadline[idx[k - 1]] == deadline[i] && seq[idx[k - 1]] > seq[i]))) {
+      idx[k] = idx[k - 1];
+      k--;
+    }
+    idx[k] = i;
+  }
+  for (int k = 0; k < n; k++)
+    expect[k] = (char)('A' + idx[k]);
+  expect[n] = '\0';
+}
+
+/* Each probe but `stopped` ran once, seeing the wheel's time equal to its
+ * deadline; `stopped` never ran. */
+static void manual_expect_ran_at_deadline(const char *T, const probe_t p[ORD_TIMERS],
+                                          const uint64_t deadline[ORD_TIMERS], int stopped) {
+  int wrong_fires = 0, not_at_deadline = 0;
+  for (int i = 0; i < ORD_TIMERS; i++) {
+    if (i == stopped)
+      continue;
+    if (p[i].fires >= 1 && p[i].now[0] != deadline[i] && not_at_deadline++ < 3)
+      tap_diag("  timer %c: deadline %" PRIu64 ", ran seeing now %" PRIu64, 'A' + i, deadline[i],
+               p[i].now[0]);
+    wrong_fires += p[i].fires != 1;
+  }
+  EXPECT_U64(wrong_fires, 0, "%s: every timer left started ran once", T);
+  EXPECT_U64(p[stopped].fires, 0, "%s: the stopped timer never ran", T);
+  EXPECT_U64(not_at_deadline, 0, "%s: each callback saw uvtw_wheel_now() equal to its deadline", T);
+}
+
 static void test_manual_order(void) {
   const char *T = "manual clock order";
   fx_t f;
@@ -174,7 +226,6 @@ static void test_manual_order(void) {
                                          128,  256,  1000,  5000, 65536, 3,  30, 10};
   enum { RESTARTED = 8, STOPPED = 19 };
   uint64_t deadline[ORD_TIMERS], seq[ORD_TIMERS];
-  int idx[ORD_TIMERS], n = 0, wrong_fires = 0, not_at_deadline = 0;
   char expect[ORD_TIMERS + 1];
 
   if (!fx_open(&f, T, &manual_opts))
@@ -195,35 +246,11 @@ static void test_manual_order(void) {
   EXPECT_ERR(uvtw_wheel_advance(f.wheel, 80000), 0, "%s: advance returns 0", T);
   EXPECT_U64(uvtw_wheel_now(f.wheel), t0 + 80007, "%s: the wheel's time is where advance put it",
              T);
-  /* The expected order: by deadline, then by start (insertion sort). */
-  for (int i = 0; i < ORD_TIMERS; i++) {
-    if (i == STOPPED)
-      continue;
-    int k = n++;
-    while (k > 0 && (deadline[idx[k - 1]] > deadline[i] ||
-                     (deadline[idx[k - 1]] == deadline[i] && seq[idx[k - 1]] > seq[i]))) {
-      idx[k] = idx[k - 1];
-      k--;
-    }
-    idx[k] = i;
-  }
-  for (int k = 0; k < n; k++)
-    expect[k] = (char)('A' + idx[k]);
-  expect[n] = '\0';
+  manual_expected_order(deadline, seq, STOPPED, expect);
   if (!tap_ok(strcmp(g_log, expect) == 0,
               "%s: callbacks ran in deadline order, equal deadlines in start order", T))
     tap_diag("  expected \"%s\", got \"%s\"", expect, g_log);
-  for (int i = 0; i < ORD_TIMERS; i++) {
-    if (i == STOPPED)
-      continue;
-    if (p[i].fires >= 1 && p[i].now[0] != deadline[i] && not_at_deadline++ < 3)
-      tap_diag("  timer %c: deadline %" PRIu64 ", ran seeing now %" PRIu64, 'A' + i, deadline[i],
-               p[i].now[0]);
-    wrong_fires += p[i].fires != 1;
-  }
-  EXPECT_U64(wrong_fires, 0, "%s: every timer left started ran once", T);
-  EXPECT_U64(p[STOPPED].fires, 0, "%s: the stopped timer never ran", T);
-  EXPECT_U64(not_at_deadline, 0, "%s: each callback saw uvtw_wheel_now() equal to its deadline", T);
+  manual_expect_ran_at_deadline(T, p, deadline, STOPPED);
   uvtw_stats_t s = fx_stats(f.wheel);
   EXPECT_U64(s.wakeups, 0, "%s: a manual wheel never arms its uv_timer_t (no wakeups)", T);
   EXPECT_U64(s.late_max_ms, 0, "%s: nothing ran late", T);
@@ -301,11 +328,35 @@ static void test_manual_repeat(void) {
  * time reaches it joins the expired list without a move. */
 enum { CASCADE_ALIGN = 30 };
 
+/* The first deadline of levels 1, 2 and 3. */
+enum { CS_L1 = 1 << 12, CS_L2 = 1 << 18, CS_L3 = 1 << 24 };
+static uvtw_timer_t cs_a, cs_b, cs_c, cs_d, cs_e, cs_i, cs_j, cs_k, cs_fl, cs_g, cs_p, cs_h;
+
+/* Files entries on levels 0 to 3 (the wheel's time on a multiple of
+ * 2^CASCADE_ALIGN). */
+static void cascade_start_all(fx_t *f) {
+  const char *T = f->name;
+  uvtw_timer_t *all[] = {&cs_a, &cs_b, &cs_c,  &cs_d, &cs_e, &cs_i,
+                         &cs_j, &cs_k, &cs_fl, &cs_g, &cs_p, &cs_h};
+  for (size_t n = 0; n < sizeof all / sizeof all[0]; n++)
+    uvtw_timer_init(f->wheel, all[n]);
+  uvtw_timer_start(&cs_a, fx_noop_timer_cb, CS_L1 - 1, 0);
+  uvtw_timer_start(&cs_b, fx_noop_timer_cb, CS_L1, 0);
+  uvtw_timer_start(&cs_c, fx_noop_timer_cb, 5000, 0);
+  uvtw_timer_start(&cs_d, fx_noop_timer_cb, 5001, 0);
+  uvtw_timer_start(&cs_e, fx_noop_timer_cb, 8191, 0);
+  uvtw_timer_start(&cs_j, fx_noop_timer_cb, 9000, 0);
+  uvtw_timer_start(&cs_k, fx_noop_timer_cb, CS_L2, 0);
+  uvtw_timer_start(&cs_fl, fx_noop_timer_cb, CS_L2 + 7, 0);
+  uvtw_timer_start(&cs_g, fx_noop_timer_cb, CS_L2 + 3 * CS_L1 + 5, 0);
+  uvtw_timer_start(&cs_p, fx_noop_timer_cb, 5000, 0);
+  uvtw_timer_start(&cs_h, fx_noop_timer_cb, CS_L3 + 2 * CS_L2 + CS_L1 + 1, 0);
+  EXPECT_U64(fx_stats(f->wheel).cascaded, 0, "%s: starting files entries, moves none", T);
+}
+
 static void test_manual_cascades(void) {
   const char *T = "manual clock cascades";
   fx_t f;
-  uvtw_timer_t a, b, c, d, e, i, j, k, fl, g, p, h;
-  const uint64_t l1 = (uint64_t)1 << 12, l2 = (uint64_t)1 << 18, l3 = (uint64_t)1 << 24;
 
   if (!fx_open(&f, T, &manual_opts))
     return;
@@ -318,50 +369,36 @@ static void test_manual_cascades(void) {
     fx_close(&f);
     return;
   }
-  uvtw_timer_t *all[] = {&a, &b, &c, &d, &e, &i, &j, &k, &fl, &g, &p, &h};
-  for (size_t n = 0; n < sizeof all / sizeof all[0]; n++)
-    uvtw_timer_init(f.wheel, all[n]);
-  uvtw_timer_start(&a, fx_noop_timer_cb, l1 - 1, 0);
-  uvtw_timer_start(&b, fx_noop_timer_cb, l1, 0);
-  uvtw_timer_start(&c, fx_noop_timer_cb, 5000, 0);
-  uvtw_timer_start(&d, fx_noop_timer_cb, 5001, 0);
-  uvtw_timer_start(&e, fx_noop_timer_cb, 8191, 0);
-  uvtw_timer_start(&j, fx_noop_timer_cb, 9000, 0);
-  uvtw_timer_start(&k, fx_noop_timer_cb, l2, 0);
-  uvtw_timer_start(&fl, fx_noop_timer_cb, l2 + 7, 0);
-  uvtw_timer_start(&g, fx_noop_timer_cb, l2 + 3 * l1 + 5, 0);
-  uvtw_timer_start(&p, fx_noop_timer_cb, 5000, 0);
-  uvtw_timer_start(&h, fx_noop_timer_cb, l3 + 2 * l2 + l1 + 1, 0);
-  EXPECT_U64(fx_stats(f.wheel).cascaded, 0, "%s: starting files entries, moves none", T);
-
+  cascade_start_all(&f);
   uvtw_wheel_advance(f.wheel, 100);
-  uvtw_timer_stop(&j);
-  uvtw_timer_start(&p, fx_noop_timer_cb, 300000, 0); /* due at 300100 */
+  uvtw_timer_stop(&cs_j);
+  uvtw_timer_start(&cs_p, fx_noop_timer_cb, 300000, 0); /* due at 300100 */
   uvtw_wheel_advance(f.wheel, 3900);
-  uvtw_timer_start(&i, fx_noop_timer_cb, 200, 0); /* at 4000: due at 4200, on level 1 */
+  uvtw_timer_start(&cs_i, fx_noop_timer_cb, 200, 0); /* at 4000: due at 4200, on level 1 */
   uvtw_wheel_advance(f.wheel, 95);
-  EXPECT_U64(uvtw_wheel_now(f.wheel) - t0, l1 - 1, "%s: (at T0 + 4095)", T);
+  EXPECT_U64(uvtw_wheel_now(f.wheel) - t0, CS_L1 - 1, "%s: (at T0 + 4095)", T);
   EXPECT_U64(fx_stats(f.wheel).cascaded, 0,
              "%s: a level-0 entry (4095) fires unmoved; a stopped one is never moved", T);
 
-  uvtw_wheel_advance(f.wheel, 8191 - (l1 - 1));
+  uvtw_wheel_advance(f.wheel, 8191 - (CS_L1 - 1));
   EXPECT_U64(fx_stats(f.wheel).cascaded, 5,
              "%s: the five entries of one unsorted level-1 slot (4096 .. 8191) moved to level 0 "
              "once each; the one restarted to level 2 is no cascade",
              T);
-  uvtw_wheel_advance(f.wheel, l2 + 7 - 8191);
+  uvtw_wheel_advance(f.wheel, CS_L2 + 7 - 8191);
   EXPECT_U64(fx_stats(f.wheel).cascaded, 9,
              "%s: at 2^18 the four entries of a level-2 slot moved once each (two to level 0, "
              "skipping level 1; two to level 1)",
              T);
-  uvtw_wheel_advance(f.wheel, 5 + 3 * l1 - 7);
+  uvtw_wheel_advance(f.wheel, 5 + 3 * CS_L1 - 7);
   EXPECT_U64(fx_stats(f.wheel).cascaded, 9,
              "%s: 2^18 + 12293 fired from its level-1 slot, after one move", T);
-  uvtw_wheel_advance(f.wheel, 300100 - (l2 + 3 * l1 + 5));
+  uvtw_wheel_advance(f.wheel, 300100 - (CS_L2 + 3 * CS_L1 + 5));
   EXPECT_U64(fx_stats(f.wheel).cascaded, 9,
              "%s: the restarted entry fired from its level-1 slot, after one move", T);
-  uvtw_wheel_advance(f.wheel, l3 + 2 * l2 + l1 + 1 - 300100);
-  EXPECT_U64(uvtw_wheel_now(f.wheel) - t0, l3 + 2 * l2 + l1 + 1, "%s: (at T0 + 17305601)", T);
+  uvtw_wheel_advance(f.wheel, CS_L3 + 2 * CS_L2 + CS_L1 + 1 - 300100);
+  EXPECT_U64(uvtw_wheel_now(f.wheel) - t0, CS_L3 + 2 * CS_L2 + CS_L1 + 1, "%s: (at T0 + 17305601)",
+             T);
   EXPECT_U64(fx_stats(f.wheel).cascaded, 9,
              "%s: a level-3 entry reached in one jump fired unmoved: 9 moves in all", T);
   uvtw_stats_t s = fx_stats(f.wheel);
@@ -459,6 +496,66 @@ static void test_manual_self_restart(void) {
 
 /* ---- advance_next ----------------------------------------------------------------- */
 
+/* tick_ms > 1: deadlines round up to the tick of the wheel's clock; a
+ * deadline below UINT64_MAX ms whose round-up passes it saturates. */
+static void advance_next_tick_16(void) {
+  uvtw_options_t ticked = {.tick_ms = 16, .manual_clock = 1};
+  fx_t f;
+  probe_t a;
+  if (!fx_open(&f, "manual clock, tick_ms 16", &ticked))
+    return;
+  uint64_t t0 = uvtw_wheel_now(f.wheel);
+  probe_init(f.wheel, &a, 'a', NULL);
+  probe_start(&a, 5, 0);
+  uint64_t want = (t0 + 5 + 15) / 16 * 16;
+  EXPECT_U64(uvtw_timer_get_due_in(&a.timer), want - t0,
+             "manual clock, tick_ms 16: the deadline rounds up to a multiple of 16");
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), (int64_t)(want - t0),
+             "manual clock, tick_ms 16: advance_next moves to the rounded deadline");
+  EXPECT_U64(a.fires, 1, "manual clock, tick_ms 16: the timer ran");
+  EXPECT_U64(a.fires ? a.now[0] : 0, want, "manual clock, tick_ms 16: seeing the rounded time");
+
+  uint64_t now = uvtw_wheel_now(f.wheel);
+  probe_start(&a, UINT64_MAX - 5 - now, 0);
+  EXPECT_I64(uvtw_wheel_next_due(f.wheel), INT64_MAX,
+             "manual clock, tick_ms 16: a deadline rounded up past UINT64_MAX ms saturates");
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EAGAIN,
+             "manual clock, tick_ms 16: ...so advance_next finds nothing that can fire");
+  EXPECT_U64(a.fires, 1, "manual clock, tick_ms 16: ...and it never fires");
+  EXPECT_U64(!!uvtw_timer_is_active(&a.timer), 1, "manual clock, tick_ms 16: ...but stays active");
+  fx_close(&f);
+}
+
+/* tick_ms 5 divides UINT64_MAX: a deadline rounded up to exactly
+ * UINT64_MAX ms is the saturated one. */
+static void advance_next_tick_5(void) {
+  uvtw_options_t ticked = {.tick_ms = 5, .manual_clock = 1};
+  fx_t f;
+  probe_t a;
+  if (!fx_open(&f, "manual clock, tick_ms 5", &ticked))
+    return;
+  probe_init(f.wheel, &a, 'a', NULL);
+  probe_start(&a, UINT64_MAX - 2 - uvtw_wheel_now(f.wheel), 0);
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EAGAIN,
+             "manual clock, tick_ms 5: a deadline rounded up to exactly UINT64_MAX ms never fires");
+  EXPECT_U64(a.fires, 0, "manual clock, tick_ms 5: ...it did not");
+  fx_close(&f);
+}
+
+/* A move of more than INT64_MAX ms reads as INT64_MAX, never as an error. */
+static void advance_next_long_move(void) {
+  fx_t f;
+  probe_t a;
+  if (!fx_open(&f, "manual clock, a long move", &manual_opts))
+    return;
+  probe_init(f.wheel, &a, 'a', NULL);
+  probe_start(&a, UINT64_MAX - 1 - uvtw_wheel_now(f.wheel), 0);
+  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), INT64_MAX,
+             "manual clock: advance_next past INT64_MAX ms returns INT64_MAX (>= 0)");
+  EXPECT_U64(a.fires, 1, "manual clock: ...and ran the timer due there");
+  fx_close(&f);
+}
+
 static void test_manual_advance_next(void) {
   const char *T = "manual clock advance_next";
   fx_t f;
@@ -487,54 +584,9 @@ static void test_manual_advance_next(void) {
     tap_diag("  expected \"acb\", got \"%s\"", g_log);
   EXPECT_U64(uvtw_wheel_now(f.wheel), t0 + 50, "%s: the wheel's time is the last deadline", T);
   fx_close(&f);
-
-  /* tick_ms > 1: deadlines round up to the tick of the wheel's clock. */
-  uvtw_options_t ticked = {.tick_ms = 16, .manual_clock = 1};
-  if (!fx_open(&f, "manual clock, tick_ms 16", &ticked))
-    return;
-  t0 = uvtw_wheel_now(f.wheel);
-  probe_init(f.wheel, &a, 'a', NULL);
-  probe_start(&a, 5, 0);
-  uint64_t want = (t0 + 5 + 15) / 16 * 16;
-  EXPECT_U64(uvtw_timer_get_due_in(&a.timer), want - t0,
-             "manual clock, tick_ms 16: the deadline rounds up to a multiple of 16");
-  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), (int64_t)(want - t0),
-             "manual clock, tick_ms 16: advance_next moves to the rounded deadline");
-  EXPECT_U64(a.fires, 1, "manual clock, tick_ms 16: the timer ran");
-  EXPECT_U64(a.fires ? a.now[0] : 0, want, "manual clock, tick_ms 16: seeing the rounded time");
-
-  /* A deadline below UINT64_MAX ms whose round-up passes it saturates. */
-  uint64_t now = uvtw_wheel_now(f.wheel);
-  probe_start(&a, UINT64_MAX - 5 - now, 0);
-  EXPECT_I64(uvtw_wheel_next_due(f.wheel), INT64_MAX,
-             "manual clock, tick_ms 16: a deadline rounded up past UINT64_MAX ms saturates");
-  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EAGAIN,
-             "manual clock, tick_ms 16: ...so advance_next finds nothing that can fire");
-  EXPECT_U64(a.fires, 1, "manual clock, tick_ms 16: ...and it never fires");
-  EXPECT_U64(!!uvtw_timer_is_active(&a.timer), 1, "manual clock, tick_ms 16: ...but stays active");
-  fx_close(&f);
-
-  /* tick_ms 5 divides UINT64_MAX: a deadline rounded up to exactly
-   * UINT64_MAX ms is the saturated one. */
-  ticked.tick_ms = 5;
-  if (!fx_open(&f, "manual clock, tick_ms 5", &ticked))
-    return;
-  probe_init(f.wheel, &a, 'a', NULL);
-  probe_start(&a, UINT64_MAX - 2 - uvtw_wheel_now(f.wheel), 0);
-  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), UV_EAGAIN,
-             "manual clock, tick_ms 5: a deadline rounded up to exactly UINT64_MAX ms never fires");
-  EXPECT_U64(a.fires, 0, "manual clock, tick_ms 5: ...it did not");
-  fx_close(&f);
-
-  /* A move of more than INT64_MAX ms reads as INT64_MAX, never as an error. */
-  if (!fx_open(&f, "manual clock, a long move", &manual_opts))
-    return;
-  probe_init(f.wheel, &a, 'a', NULL);
-  probe_start(&a, UINT64_MAX - 1 - uvtw_wheel_now(f.wheel), 0);
-  EXPECT_I64(uvtw_wheel_advance_next(f.wheel), INT64_MAX,
-             "manual clock: advance_next past INT64_MAX ms returns INT64_MAX (>= 0)");
-  EXPECT_U64(a.fires, 1, "manual clock: ...and ran the timer due there");
-  fx_close(&f);
+  advance_next_tick_16();
+  advance_next_tick_5();
+  advance_next_long_move();
 }
 
 /* ---- Tasks ----------------------------------------------------------------------- */
@@ -560,65 +612,81 @@ static void task_now_cb(void *arg, int status) {
   task_seen_now = uvtw_wheel_now(task_wheel);
 }
 
+/* A loop-thread task runs when the wheel's time reaches its deadline; a
+ * cancelled one never. */
+static void manual_task_loop_thread(fx_t *f, uint64_t t0, task_probe_t *local) {
+  const char *T = f->name;
+  task_probe_t cancelled = {0};
+  uvtw_ticket_t *ticket = NULL, *cticket = NULL;
+  EXPECT_ERR(uvtw_schedule(f->wheel, 20, task_now_cb, local, &ticket), 0,
+             "%s: a loop-thread task is scheduled", T);
+  EXPECT_ERR(uvtw_schedule(f->wheel, 10, task_probe_cb, &cancelled, &cticket), 0,
+             "%s: a second one, to cancel", T);
+  EXPECT_ERR(uvtw_ticket_cancel(cticket), 0, "%s: its cancel wins", T);
+  uvtw_ticket_release(cticket);
+  uvtw_wheel_advance(f->wheel, 19);
+  EXPECT_U64(local->calls, 0, "%s: not run before its deadline (the wheel's time + 20)", T);
+  uvtw_wheel_advance(f->wheel, 1);
+  EXPECT_U64(local->calls, 1, "%s: run when the wheel's time reaches it", T);
+  EXPECT_U64(task_seen_now, t0 + 20, "%s: seeing uvtw_wheel_now() == its deadline", T);
+  EXPECT_ERR(local->status, 0, "%s: with status 0", T);
+  EXPECT_U64(cancelled.calls, 0, "%s: the cancelled task never ran", T);
+  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY, "%s: cancel after it ran is UV_EALREADY", T);
+  uvtw_ticket_release(ticket);
+}
+
+/* From another thread: the deadline counts from when the wheel takes the
+ * task in (at t0 + 20), not from the call. */
+static void manual_task_other_thread(fx_t *f, uint64_t t0, task_probe_t *remote) {
+  const char *T = f->name;
+  uv_thread_t thread;
+  remote_job_t job = {.wheel = f->wheel, .timeout = 20, .probe = remote};
+  uv_thread_create(&thread, remote_schedule, &job);
+  uv_thread_join(&thread);
+  EXPECT_ERR(job.rc, 0, "%s: another thread schedules a 20 ms task", T);
+  uvtw_wheel_advance(f->wheel, 5); /* takes it in at t0 + 20, then moves to t0 + 25 */
+  uint64_t taken_in = t0 + 20;
+  EXPECT_U64(remote->calls, 0, "%s: taken in by advance, not yet due", T);
+  uvtw_wheel_advance(f->wheel, 14);
+  EXPECT_U64(remote->calls, 0, "%s: not due 19 ms after it was taken in", T);
+  uvtw_wheel_advance(f->wheel, 1);
+  EXPECT_U64(remote->calls, 1, "%s: due 20 ms after the wheel took it in", T);
+  EXPECT_U64(uvtw_wheel_now(f->wheel), taken_in + 20,
+             "%s: (the wheel's time is then 20 ms after the take-in)", T);
+  uvtw_ticket_release(job.ticket);
+}
+
+/* A 0 ms task from another thread: uv_run may take it in, never runs it. */
+static void manual_task_zero_other_thread(fx_t *f) {
+  const char *T = f->name;
+  uv_thread_t thread;
+  task_probe_t zero = {0};
+  remote_job_t job = {.wheel = f->wheel, .timeout = 0, .probe = &zero};
+  uv_thread_create(&thread, remote_schedule, &job);
+  uv_thread_join(&thread);
+  for (int i = 0; i < 5; i++)
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+  fx_sleep_ms(2);
+  uv_run(&f->loop, UV_RUN_NOWAIT);
+  EXPECT_U64(zero.calls, 0, "%s: uv_run never runs a manual wheel's task, even a due one", T);
+  EXPECT_ERR(uvtw_wheel_advance(f->wheel, 0), 0, "%s: advance(0) returns 0", T);
+  EXPECT_U64(zero.calls, 1, "%s: advance(0) runs the due task", T);
+  uvtw_ticket_release(job.ticket);
+}
+
 static void test_manual_tasks(void) {
   const char *T = "manual clock tasks";
   fx_t f;
-  task_probe_t local = {0}, remote = {0}, zero = {0}, cancelled = {0};
-  uvtw_ticket_t *ticket = NULL, *cticket = NULL;
-  uv_thread_t thread;
+  task_probe_t local = {0}, remote = {0};
 
   if (!fx_open(&f, T, &manual_opts))
     return;
   task_wheel = f.wheel;
   uint64_t t0 = uvtw_wheel_now(f.wheel);
-
-  EXPECT_ERR(uvtw_schedule(f.wheel, 20, task_now_cb, &local, &ticket), 0,
-             "%s: a loop-thread task is scheduled", T);
-  EXPECT_ERR(uvtw_schedule(f.wheel, 10, task_probe_cb, &cancelled, &cticket), 0,
-             "%s: a second one, to cancel", T);
-  EXPECT_ERR(uvtw_ticket_cancel(cticket), 0, "%s: its cancel wins", T);
-  uvtw_ticket_release(cticket);
-  uvtw_wheel_advance(f.wheel, 19);
-  EXPECT_U64(local.calls, 0, "%s: not run before its deadline (the wheel's time + 20)", T);
-  uvtw_wheel_advance(f.wheel, 1);
-  EXPECT_U64(local.calls, 1, "%s: run when the wheel's time reaches it", T);
-  EXPECT_U64(task_seen_now, t0 + 20, "%s: seeing uvtw_wheel_now() == its deadline", T);
-  EXPECT_ERR(local.status, 0, "%s: with status 0", T);
-  EXPECT_U64(cancelled.calls, 0, "%s: the cancelled task never ran", T);
-  EXPECT_ERR(uvtw_ticket_cancel(ticket), UV_EALREADY, "%s: cancel after it ran is UV_EALREADY", T);
-  uvtw_ticket_release(ticket);
-
-  /* From another thread: the deadline counts from when the wheel takes the
-   * task in, not from the call. */
-  remote_job_t job = {.wheel = f.wheel, .timeout = 20, .probe = &remote};
-  uv_thread_create(&thread, remote_schedule, &job);
-  uv_thread_join(&thread);
-  EXPECT_ERR(job.rc, 0, "%s: another thread schedules a 20 ms task", T);
-  uvtw_wheel_advance(f.wheel, 5); /* takes it in at t0 + 20, then moves to t0 + 25 */
-  uint64_t taken_in = t0 + 20;
-  EXPECT_U64(remote.calls, 0, "%s: taken in by advance, not yet due", T);
-  uvtw_wheel_advance(f.wheel, 14);
-  EXPECT_U64(remote.calls, 0, "%s: not due 19 ms after it was taken in", T);
-  uvtw_wheel_advance(f.wheel, 1);
-  EXPECT_U64(remote.calls, 1, "%s: due 20 ms after the wheel took it in", T);
-  EXPECT_U64(uvtw_wheel_now(f.wheel), taken_in + 20,
-             "%s: (the wheel's time is then 20 ms after the take-in)", T);
+  manual_task_loop_thread(&f, t0, &local);
+  manual_task_other_thread(&f, t0, &remote);
   tap_ok(!remote.wrong_thread && !local.wrong_thread, "%s: callbacks ran on the loop thread", T);
-  uvtw_ticket_release(job.ticket);
-
-  /* A 0 ms task from another thread: uv_run may take it in, never runs it. */
-  job.timeout = 0;
-  job.probe = &zero;
-  uv_thread_create(&thread, remote_schedule, &job);
-  uv_thread_join(&thread);
-  for (int i = 0; i < 5; i++)
-    uv_run(&f.loop, UV_RUN_NOWAIT);
-  fx_sleep_ms(2);
-  uv_run(&f.loop, UV_RUN_NOWAIT);
-  EXPECT_U64(zero.calls, 0, "%s: uv_run never runs a manual wheel's task, even a due one", T);
-  EXPECT_ERR(uvtw_wheel_advance(f.wheel, 0), 0, "%s: advance(0) returns 0", T);
-  EXPECT_U64(zero.calls, 1, "%s: advance(0) runs the due task", T);
-  uvtw_ticket_release(job.ticket);
+  manual_task_zero_other_thread(&f);
   fx_close(&f);
 }
 

@@ -13,6 +13,8 @@
  *   timer_started_from_other_thread TSan: data race
  *   timer_init_while_active        checks: the abort of the wheel's link
  *                                  check at the next unlink beside it
+ *   timer_init_while_pending       every build: a crash at the wheel's next
+ *                                  pass (no message: no unlink comes first)
  *
  * Each case makes the mistake in a child (this program again, run with
  * `--child NAME`) and checks how it ended: not with status 0, and with the
@@ -190,6 +192,19 @@ static void child_timer_init_while_active(void) {
   close_and_exit(&loop, wheel);
 }
 
+static void child_timer_init_while_pending(void) {
+  uv_loop_t loop;
+  uvtw_wheel_t *wheel;
+  uvtw_timer_t timer;
+  if (uv_loop_init(&loop) != 0 || uvtw_wheel_new(&loop, NULL, &wheel) != 0)
+    _exit(3);
+  uvtw_timer_init(wheel, &timer);
+  uvtw_timer_start(&timer, on_timer, 10, 0);
+  uvtw_timer_init(wheel, &timer); /* a struct reused without a stop, and not started again */
+  uv_run(&loop, UV_RUN_DEFAULT);  /* the next pass walks the timer's old place */
+  close_and_exit(&loop, wheel);
+}
+
 typedef struct child_s {
   const char *name;
   void (*run)(void);
@@ -205,6 +220,7 @@ static const child_t children[] = {
     CHILD(timer_started_after_wheel_freed),
     CHILD(timer_started_from_other_thread),
     CHILD(timer_init_while_active),
+    CHILD(timer_init_while_pending),
 };
 
 static int run_child(const char *name) {
@@ -354,6 +370,24 @@ static void test_timer_init_while_active(void) {
 #endif
 }
 
+/* Nothing unlinks beside the timer's old place before the wheel's next pass
+ * walks it and meets the links the init cleared: every build stops there
+ * (a segmentation fault, or a sanitizer's report of one), the checks build
+ * without a message of its own. */
+static void test_timer_init_while_pending(void) {
+  ending_t end;
+  run("timer_init_while_pending", &end);
+  if (end.exited == EXEC_FAILED) {
+    tap_skip("this program could not run itself again (an emulator?)", "timer_init_while_pending");
+    return;
+  }
+  tap_ok(end.exited != 0,
+         "timer_init_while_pending: the child is stopped at the next pass, not left running on a "
+         "corrupt wheel (status %d, signal %d)",
+         end.exited, end.signalled);
+  show(&end);
+}
+
 int main(int argc, char **argv) {
   self = argv[0];
   if (argc == 3 && strcmp(argv[1], "--child") == 0)
@@ -367,6 +401,7 @@ int main(int argc, char **argv) {
       TAP_CASE(timer_started_after_wheel_freed),
       TAP_CASE(timer_started_from_other_thread),
       TAP_CASE(timer_init_while_active),
+      TAP_CASE(timer_init_while_pending),
   };
   return tap_run_cases(argc, argv, cases, sizeof cases / sizeof cases[0]);
 }

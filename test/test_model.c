@@ -850,13 +850,9 @@ static void close_handle(uv_handle_t *handle) {
     uv_close(handle, NULL);
 }
 
-static void test_model(void) {
-  const char *loop_steps = getenv("UVTW_MODEL_LOOP_STEPS");
-  const char *wheel_steps = getenv("UVTW_MODEL_STEPS");
-  uint64_t steps = wheel_steps ? strtoull(wheel_steps, NULL, 10) / 1000 : 2000;
-  steps = steps < 100 ? 100 : steps > 5000 ? 5000 : steps;
-  if (loop_steps)
-    steps = strtoull(loop_steps, NULL, 10);
+/* The loop, its check and guard handles, the wheels (wheel 0 ticking
+ * every ms, the others every 1 to 3) and the timers. */
+static void model_open(void) {
   g_records = calloc(RECORDS, sizeof *g_records);
   if (g_records == NULL || uv_loop_init(&g_loop) != 0) {
     printf("Bail out! no memory or no loop\n");
@@ -883,27 +879,11 @@ static void test_model(void) {
     g_timers[k].index = k;
     timer_init(&g_timers[k], k % WHEELS);
   }
-#ifdef UVTW_CHECKS
-  tap_diag("uvtw__check after every step");
-#else
-  tap_diag("the library has no invariant checker (-Dchecks=false): the model's own checks only");
-#endif
-  tap_diag("%" PRIu64 " steps; wheel 1 ticks every %u ms", steps, (unsigned)g_wheels[1].tick);
-  uint64_t t0 = uv_hrtime();
-  for (uint64_t i = 0; i < steps && atomic_load(&g_failed) < STOP_AFTER; i++) {
-    atomic_store(&g_step, i);
-    step(&g_main_rng);
-    check_step(false);
-    g_n.steps++;
-  }
-  if (g_producer_running)
-    producer_stop();
-  atomic_store(&g_step, steps);
-  step_kind("the close", false);
-  uint64_t ms = (uv_hrtime() - t0) / NS_PER_MS;
+}
 
-  /* Something for the close to end: on each wheel a timer, tasks taken in
-   * (one of them cancelled) and tasks still queued. */
+/* Something for the close to end: on each wheel a timer, tasks taken in
+ * (one of them cancelled) and tasks still queued. */
+static void model_leave_work_for_close(void) {
   for (int i = 0; i < WHEELS; i++) {
     for (int k = 0; k < TIMERS; k++)
       if (g_timers[k].wheel == i) {
@@ -923,11 +903,15 @@ static void test_model(void) {
     schedule_for(0, i, false, FROM_MAIN, &g_list_main);
   }
   check_step(false);
-  close_wheels();
-  for (int i = 0; i < WHEELS; i++)
-    if (g_wheels[i].close_calls != 1)
-      fail(F_CLOSE, "wheel %d's close callback ran %d times", i, g_wheels[i].close_calls);
-  uint64_t ran = 0, ended = 0, won = 0, tasks = 0;
+}
+
+typedef struct model_tasks_s {
+  uint64_t ran, ended, won, tasks;
+} model_tasks_t;
+
+/* Every task recorded ended once: ran, ended by the close, or cancelled. */
+static model_tasks_t model_count_tasks(void) {
+  model_tasks_t n = {0};
   size_t used = atomic_load(&g_records_used);
   for (size_t k = 0; k < used && k < RECORDS; k++) {
     mtask_t *t = &g_records[k];
@@ -935,10 +919,10 @@ static void test_model(void) {
       continue;
     int calls = atomic_load(&t->calls), cancelled = atomic_load(&t->cancelled);
     int w = atomic_load(&t->won);
-    tasks++;
-    ran += calls;
-    ended += cancelled;
-    won += w;
+    n.tasks++;
+    n.ran += calls;
+    n.ended += cancelled;
+    n.won += w;
     if (calls + cancelled != (w ? 0 : 1))
       fail(F_TASK_ONCE,
            "task %zu (from %d, %" PRIu64 " ms): %d callbacks, %d with UV_ECANCELED, "
@@ -949,6 +933,10 @@ static void test_model(void) {
     if (atomic_load(&g_wheels[i].outstanding) != 0)
       fail(F_CLOSE, "wheel %d: %" PRId64 " tasks neither ran nor were cancelled", i,
            (int64_t)atomic_load(&g_wheels[i].outstanding));
+  return n;
+}
+
+static void model_close_loop(void) {
   release_all(&g_list_main);
   release_all(&g_list_loop);
   release_all(&g_list_producer);
@@ -959,12 +947,15 @@ static void test_model(void) {
   if (rc != 0)
     fail(F_CLOSE, "uv_loop_close returned %s", tap_err_name_(rc));
   free(g_records);
+}
 
+/* The run's figures, and a check per kind of failure. */
+static void model_report(uint64_t ms, model_tasks_t n) {
   tap_diag("%" PRIu64 " steps in %" PRIu64 " ms: %" PRIu64 " timer fires, %" PRIu64
            " tasks (%" PRIu64 " from the producer in %" PRIu64 " runs, %" PRIu64 " from %" PRIu64
            " hand-offs), %" PRIu64 " ran, %" PRIu64 " cancelled, %" PRIu64 " ended by the close",
-           g_n.steps, ms, g_n.timer_fires, tasks, (uint64_t)atomic_load(&g_n.producer_tasks),
-           g_n.producer_runs, g_n.handoff_tasks, g_n.handoffs, ran, won, ended);
+           g_n.steps, ms, g_n.timer_fires, n.tasks, (uint64_t)atomic_load(&g_n.producer_tasks),
+           g_n.producer_runs, g_n.handoff_tasks, g_n.handoffs, n.ran, n.won, n.ended);
   tap_diag("%" PRIu64 " exact checks of stats.active; %" PRIu64 " of %" PRIu64
            " lone UV_RUN_DEFAULT runs returned by themselves",
            g_n.exact_checks, g_n.alive_returned, g_n.alive_runs);
@@ -979,11 +970,48 @@ static void test_model(void) {
       tap_diag("  %d failures", atomic_load(&g_failures[f]));
   }
   if (g_n.steps >= 500)
-    tap_ok(g_n.timer_fires > 0 && ran > 0 && won > 0 && ended > 0 && g_n.handoffs > 0 &&
+    tap_ok(g_n.timer_fires > 0 && n.ran > 0 && n.won > 0 && n.ended > 0 && g_n.handoffs > 0 &&
                atomic_load(&g_n.producer_tasks) > 0 && g_n.exact_checks > 0 &&
                g_n.alive_returned > 0,
            "model: the run fired timers, ran, cancelled and closed tasks, handed the loop off, "
            "ran the producer, checked active exactly and saw the loop end by itself");
+}
+
+static void test_model(void) {
+  const char *loop_steps = getenv("UVTW_MODEL_LOOP_STEPS");
+  const char *wheel_steps = getenv("UVTW_MODEL_STEPS");
+  uint64_t steps = wheel_steps ? strtoull(wheel_steps, NULL, 10) / 1000 : 2000;
+  steps = steps < 100 ? 100 : steps > 5000 ? 5000 : steps;
+  if (loop_steps)
+    steps = strtoull(loop_steps, NULL, 10);
+  model_open();
+#ifdef UVTW_CHECKS
+  tap_diag("uvtw__check after every step");
+#else
+  tap_diag("the library has no invariant checker (-Dchecks=false): the model's own checks only");
+#endif
+  tap_diag("%" PRIu64 " steps; wheel 1 ticks every %u ms", steps, (unsigned)g_wheels[1].tick);
+  uint64_t t0 = uv_hrtime();
+  for (uint64_t i = 0; i < steps && atomic_load(&g_failed) < STOP_AFTER; i++) {
+    atomic_store(&g_step, i);
+    step(&g_main_rng);
+    check_step(false);
+    g_n.steps++;
+  }
+  if (g_producer_running)
+    producer_stop();
+  atomic_store(&g_step, steps);
+  step_kind("the close", false);
+  uint64_t ms = (uv_hrtime() - t0) / NS_PER_MS;
+
+  model_leave_work_for_close();
+  close_wheels();
+  for (int i = 0; i < WHEELS; i++)
+    if (g_wheels[i].close_calls != 1)
+      fail(F_CLOSE, "wheel %d's close callback ran %d times", i, g_wheels[i].close_calls);
+  model_tasks_t n = model_count_tasks();
+  model_close_loop();
+  model_report(ms, n);
 }
 
 int main(int argc, char **argv) {

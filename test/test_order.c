@@ -38,6 +38,51 @@ static void sp_s_action(probe_t *p) {
   }
 }
 
+/* B and G, stopped from A's callback, never run; C, restarted from it,
+ * runs once at its new deadline. */
+static void sp_expect_stops_and_restart(void) {
+  EXPECT_ERR(sp_stop_b, 0, "stopping a timer due in the same pass returns 0");
+  EXPECT_U64((uint64_t)sp_active_b, 0, "... and makes it inactive");
+  EXPECT_U64((uint64_t)sp_b.fires, 0,
+             "a timer stopped by another callback of the same pass never runs");
+  EXPECT_U64((uint64_t)sp_g.fires, 0,
+             "a timer stopped from a callback before its deadline never runs");
+  EXPECT_ERR(sp_stop_g, 0, "that stop returns 0");
+  EXPECT_ERR(sp_start_c, 0, "restarting a timer due in the same pass returns 0");
+  EXPECT_U64(sp_due_c, 30, "the restarted timer is due after its new timeout");
+  EXPECT_U64((uint64_t)sp_c.fires, 1,
+             "a timer restarted later from the same pass runs once, later");
+  if (!tap_ok(sp_c.fires >= 1 && sp_a.fires >= 1 && sp_c.now[0] >= sp_a.now[0] + 30,
+              "... no earlier than its new deadline"))
+    tap_diag("  expected uv_now >= %" PRIu64 ", got %" PRIu64, sp_a.now[0] + 30, sp_c.now[0]);
+}
+
+/* The pass goes on after A's callback touched other timers; D, restarted
+ * as due, and E, started as due, run in the next iteration. */
+static void sp_expect_pass_goes_on(void) {
+  EXPECT_U64((uint64_t)sp_f.fires, 1, "the pass goes on after a callback touched other timers");
+  EXPECT_U64(sp_f.iter[0], sp_a.iter[0], "... in the same loop iteration");
+  EXPECT_U64((uint64_t)sp_d.fires, 1, "a timer due in this pass and restarted as due runs once");
+  EXPECT_U64(sp_d.iter[0], sp_a.iter[0] + 1,
+             "... in the next loop iteration, not in the same pass");
+  EXPECT_ERR(sp_start_e, 0, "starting a timer from a callback returns 0");
+  EXPECT_U64((uint64_t)sp_e.fires, 1, "a timer started already due from a callback runs once");
+  EXPECT_U64(sp_e.iter[0], sp_a.iter[0] + 1,
+             "... in the next loop iteration, not in the same pass");
+}
+
+/* S restarts itself in its one-shot callback. */
+static void sp_expect_self_restart(void) {
+  EXPECT_U64((uint64_t)sp_s.fires, 2, "a one-shot that restarts itself in its callback runs again");
+  EXPECT_U64((uint64_t)sp_s.active_in_cb[0], 0, "... and was inactive on entry to its callback");
+  EXPECT_ERR(sp_s_stop_result, 0, "stop of itself inside its one-shot callback returns 0");
+  if (!tap_ok(sp_s.fires >= 2 && sp_s.now[1] >= sp_s.now[0] + 10,
+              "the self-restarted timer runs no earlier than its new deadline"))
+    tap_diag("  expected uv_now >= %" PRIu64 ", got %" PRIu64, sp_s.now[0] + 10, sp_s.now[1]);
+  EXPECT_ERR(sp_s_again_result, 0, "again on itself with repeat 0 inside its callback returns 0");
+  EXPECT_U64((uint64_t)sp_s_active_after_again, 0, "... and leaves it inactive");
+}
+
 static void test_same_pass(void) {
   const char *T = "same pass";
   fx_t f;
@@ -79,37 +124,9 @@ static void test_same_pass(void) {
           "callbacks ran in deadline then start order: A S F (pass 1), D E (next iteration), S, C; "
           "W where its deadline puts it"))
     tap_diag("  expected \"%s\", got \"%s\"", expect_log, g_log);
-  EXPECT_ERR(sp_stop_b, 0, "stopping a timer due in the same pass returns 0");
-  EXPECT_U64((uint64_t)sp_active_b, 0, "... and makes it inactive");
-  EXPECT_U64((uint64_t)sp_b.fires, 0,
-             "a timer stopped by another callback of the same pass never runs");
-  EXPECT_U64((uint64_t)sp_g.fires, 0,
-             "a timer stopped from a callback before its deadline never runs");
-  EXPECT_ERR(sp_stop_g, 0, "that stop returns 0");
-  EXPECT_ERR(sp_start_c, 0, "restarting a timer due in the same pass returns 0");
-  EXPECT_U64(sp_due_c, 30, "the restarted timer is due after its new timeout");
-  EXPECT_U64((uint64_t)sp_c.fires, 1,
-             "a timer restarted later from the same pass runs once, later");
-  if (!tap_ok(sp_c.fires >= 1 && sp_a.fires >= 1 && sp_c.now[0] >= sp_a.now[0] + 30,
-              "... no earlier than its new deadline"))
-    tap_diag("  expected uv_now >= %" PRIu64 ", got %" PRIu64, sp_a.now[0] + 30, sp_c.now[0]);
-  EXPECT_U64((uint64_t)sp_f.fires, 1, "the pass goes on after a callback touched other timers");
-  EXPECT_U64(sp_f.iter[0], sp_a.iter[0], "... in the same loop iteration");
-  EXPECT_U64((uint64_t)sp_d.fires, 1, "a timer due in this pass and restarted as due runs once");
-  EXPECT_U64(sp_d.iter[0], sp_a.iter[0] + 1,
-             "... in the next loop iteration, not in the same pass");
-  EXPECT_ERR(sp_start_e, 0, "starting a timer from a callback returns 0");
-  EXPECT_U64((uint64_t)sp_e.fires, 1, "a timer started already due from a callback runs once");
-  EXPECT_U64(sp_e.iter[0], sp_a.iter[0] + 1,
-             "... in the next loop iteration, not in the same pass");
-  EXPECT_U64((uint64_t)sp_s.fires, 2, "a one-shot that restarts itself in its callback runs again");
-  EXPECT_U64((uint64_t)sp_s.active_in_cb[0], 0, "... and was inactive on entry to its callback");
-  EXPECT_ERR(sp_s_stop_result, 0, "stop of itself inside its one-shot callback returns 0");
-  if (!tap_ok(sp_s.fires >= 2 && sp_s.now[1] >= sp_s.now[0] + 10,
-              "the self-restarted timer runs no earlier than its new deadline"))
-    tap_diag("  expected uv_now >= %" PRIu64 ", got %" PRIu64, sp_s.now[0] + 10, sp_s.now[1]);
-  EXPECT_ERR(sp_s_again_result, 0, "again on itself with repeat 0 inside its callback returns 0");
-  EXPECT_U64((uint64_t)sp_s_active_after_again, 0, "... and leaves it inactive");
+  sp_expect_stops_and_restart();
+  sp_expect_pass_goes_on();
+  sp_expect_self_restart();
   EXPECT_U64((uint64_t)sp_w.fires, 1, "a timer due 1 ms after the pass runs once");
   EXPECT_U64(sp_w.iter[0], sp_a.iter[0] + !w_in_first_pass,
              "... in the first iteration in which it is due");
@@ -309,24 +326,8 @@ static void check_fire_order(const char *T, const char *what, const int *got, in
              expect[first_bad], got[first_bad]);
 }
 
-static void test_restart_order(void) {
-  const char *T = "restart order";
-  fx_t f;
-  uvtw_wheel_t *wheel;
-  int expect[RO_N], n_expect = 0, perm[RO_N];
-  bool stopped[RO_N] = {false};
-
-  if (!fx_open(&f, T, NULL))
-    return;
-  wheel = f.wheel;
-  ro_fired = 0;
-  for (int i = 0; i < RO_N; i++) {
-    perm[i] = i;
-    uvtw_timer_init(wheel, &ro_timers[i]);
-  }
-  /* The last 20 are started only at the end, to the same deadline. */
-  for (int i = 0; i < RO_N - 20; i++)
-    uvtw_timer_start(&ro_timers[i], ro_cb, 30, 0);
+/* A fixed shuffle of the first RO_N - 20 timers. */
+static void ro_shuffle(int perm[RO_N]) {
   uint32_t seed = 12345;
   for (int i = RO_N - 21; i > 0; i--) { /* Fisher-Yates over the first 280 */
     seed = seed * 1103515245u + 12345u;
@@ -335,7 +336,11 @@ static void test_restart_order(void) {
     perm[i] = perm[j];
     perm[j] = tmp;
   }
-  uv_update_time(&f.loop);
+}
+
+/* Restarts in `perm` order to one deadline, some stopped, some restarted
+ * twice, then the last 20 started fresh. */
+static void ro_restart(const int perm[RO_N], bool stopped[RO_N]) {
   for (int k = 0; k < RO_N - 20; k++) {
     int i = perm[k];
     uvtw_timer_start(&ro_timers[i], ro_cb, 60, 0); /* to one equal deadline */
@@ -354,8 +359,13 @@ static void test_restart_order(void) {
   }
   for (int i = RO_N - 20; i < RO_N; i++) /* fresh starts, after every restart */
     uvtw_timer_start(&ro_timers[i], ro_cb, 60, 0);
-  /* The expected order: first restarts (minus the restarted-twice and the
-   * stopped), then the second restarts, then the fresh starts. */
+}
+
+/* The expected order: first restarts (minus the restarted-twice and the
+ * stopped), then the second restarts, then the fresh starts. Returns the
+ * count. */
+static int ro_expected(const int perm[RO_N], const bool stopped[RO_N], int expect[RO_N]) {
+  int n_expect = 0;
   for (int k = 0; k < RO_N - 20; k++)
     if (!stopped[perm[k]] && k % 9 != 0)
       expect[n_expect++] = perm[k];
@@ -364,6 +374,31 @@ static void test_restart_order(void) {
       expect[n_expect++] = perm[k];
   for (int i = RO_N - 20; i < RO_N; i++)
     expect[n_expect++] = i;
+  return n_expect;
+}
+
+static void test_restart_order(void) {
+  const char *T = "restart order";
+  fx_t f;
+  uvtw_wheel_t *wheel;
+  int expect[RO_N], n_expect, perm[RO_N];
+  bool stopped[RO_N] = {false};
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  wheel = f.wheel;
+  ro_fired = 0;
+  for (int i = 0; i < RO_N; i++) {
+    perm[i] = i;
+    uvtw_timer_init(wheel, &ro_timers[i]);
+  }
+  /* The last 20 are started only at the end, to the same deadline. */
+  for (int i = 0; i < RO_N - 20; i++)
+    uvtw_timer_start(&ro_timers[i], ro_cb, 30, 0);
+  ro_shuffle(perm);
+  uv_update_time(&f.loop);
+  ro_restart(perm, stopped);
+  n_expect = ro_expected(perm, stopped, expect);
   uv_run(&f.loop, UV_RUN_DEFAULT);
   check_fire_order(T, "equal deadlines ran in the order of their last start", ro_order,
                    ro_fired < RO_N + 8 ? ro_fired : RO_N + 8, expect, n_expect);
@@ -474,20 +509,10 @@ static void order_cb(uvtw_timer_t *timer) {
   order_n++;
 }
 
-static void test_order_far_deadlines(void) {
-  const char *T = "order of far deadlines";
-  fx_t f;
-  uvtw_wheel_t *wheel;
-  int expect[IP_N], n_expect = 0;
-  bool freed[IP_N] = {false};
-
-  if (!fx_open(&f, T, NULL))
-    return;
-  wheel = f.wheel;
-  order_n = 0;
-  uv_update_time(&f.loop);
+/* IP_N timers, each its own allocation, due 4200 to 4260 ms from now. */
+static void far_start_all(uvtw_wheel_t *wheel) {
   for (int i = 0; i < IP_N; i++) {
-    ip_timers[i] = malloc(sizeof(uvtw_timer_t));
+    ip_timers[i] = malloc(sizeof(uvtw_timer_t)); /* not zeroed: init must do what it needs */
     if (ip_timers[i] == NULL) {
       printf("Bail out! out of memory\n");
       exit(1);
@@ -496,9 +521,14 @@ static void test_order_far_deadlines(void) {
     ip_timers[i]->data = (void *)(intptr_t)i;
     uvtw_timer_start(ip_timers[i], order_cb, 4200 + (uint64_t)(i % 7) * 10, 0);
   }
-  /* From the middle out, so that list order and start order differ:
-   * restarts, stop+start pairs, and stops whose memory is freed at once,
-   * all to (or from) one deadline, 4300 ms. */
+}
+
+/* From the middle out, so that list order and start order differ:
+ * restarts, stop+start pairs, and stops whose memory is freed at once,
+ * all to (or from) one deadline, 4300 ms. Returns how many are left, their
+ * order in `expect`. */
+static int far_restart_from_middle(bool freed[IP_N], int expect[IP_N]) {
+  int n_expect = 0;
   for (int k = 0; k < IP_N; k++) {
     int i = (k % 2 == 0 ? IP_N / 2 + k / 2 : IP_N / 2 - 1 - k / 2);
     switch (k % 4) {
@@ -520,7 +550,11 @@ static void test_order_far_deadlines(void) {
     }
     expect[n_expect++] = i;
   }
-  /* Restarted again: to the end of the order. One pulled earlier. */
+  return n_expect;
+}
+
+/* Three restarted again: to the end of the order. One pulled earlier. */
+static void far_restart_again(const bool freed[IP_N], int expect[IP_N], int n_expect) {
   int again[3] = {IP_N / 2, IP_N / 2 + 10, IP_N / 2 - 7};
   for (int a = 0; a < 3; a++) {
     int i = again[a];
@@ -540,6 +574,23 @@ static void test_order_far_deadlines(void) {
   uvtw_timer_start(ip_timers[early], order_cb, 4250, 0); /* earlier: moves, fires first */
   memmove(&expect[1], &expect[0], 5 * sizeof expect[0]);
   expect[0] = early;
+}
+
+static void test_order_far_deadlines(void) {
+  const char *T = "order of far deadlines";
+  fx_t f;
+  uvtw_wheel_t *wheel;
+  int expect[IP_N], n_expect;
+  bool freed[IP_N] = {false};
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  wheel = f.wheel;
+  order_n = 0;
+  uv_update_time(&f.loop);
+  far_start_all(wheel);
+  n_expect = far_restart_from_middle(freed, expect);
+  far_restart_again(freed, expect, n_expect);
   uv_run(&f.loop, UV_RUN_DEFAULT);
   check_fire_order(T, "deadlines in order, equal ones in the order of their last start", order_log,
                    order_n < ORDER_CAP ? order_n : ORDER_CAP, expect, n_expect);

@@ -234,13 +234,9 @@ static void test_two_wheels_ping_pong(void) {
   uvtw_wheel_t *b;
   uint64_t iter0, iterations;
 
-  if (!fx_open(&f, T, NULL))
+  if (!fx_open_more(&f, T, NULL, 1, NULL))
     return;
-  b = fx_wheel_new(&f, NULL);
-  if (b == NULL) {
-    fx_close(&f);
-    return;
-  }
+  b = f.more[0];
   ch_begin(&f);
   uvtw_timer_init(f.wheel, &hop_a.timer);
   uvtw_timer_init(b, &hop_b.timer);
@@ -259,7 +255,6 @@ static void test_two_wheels_ping_pong(void) {
   pw_check(&hop_a.pw, iterations, T);
   pw_check(&hop_b.pw, iterations, T);
   ch_end();
-  fx_wheel_close(&f, b);
   fx_close(&f);
 }
 
@@ -508,16 +503,12 @@ static void ow_b_action(probe_t *p) {
 
 static void start_from_other_wheel(b_state_t state, const char *T) {
   fx_t f;
-  if (!fx_open(&f, T, NULL))
+  if (!fx_open_more(&f, T, NULL, 1, NULL))
     return;
   memset(&ow, 0, sizeof ow);
   ow.f = &f;
   ow.state = state;
-  ow.b = fx_wheel_new(&f, NULL);
-  if (ow.b == NULL) {
-    fx_close(&f);
-    return;
-  }
+  ow.b = f.more[0];
   probe_init(f.wheel, &ow.a, 'A', ow_a_action);
   probe_init(ow.b, &ow.bn, 'N', ow_b_action);
   probe_init(ow.b, &ow.b0, '0', ow_b_action);
@@ -560,7 +551,6 @@ static void start_from_other_wheel(b_state_t state, const char *T) {
   tap_ok(ow.bn.early == 0 && ow.b0.early == 0 && ow.a.early == 0,
          "%s: no callback ran before its deadline", T);
   fx_close_handle(&ow.twin);
-  fx_wheel_close(&f, ow.b);
   fx_close(&f);
 }
 
@@ -634,47 +624,40 @@ static void test_one_pass_per_iteration(void) {
   static const char *const names[MW_WHEELS] = {"0", "1", "2", "3"};
   fx_t f;
   uint64_t iterations;
-  int made = 1;
 
-  if (!fx_open(&f, T, NULL))
+  if (!fx_open_more(&f, T, NULL, MW_WHEELS - 1, NULL))
     return;
   memset(&mw, 0, sizeof mw);
   mw.f = &f;
   mw.wheels[0] = f.wheel;
   for (int k = 1; k < MW_WHEELS; k++)
-    if ((mw.wheels[k] = fx_wheel_new(&f, NULL)) == NULL)
-      made = 0;
-  if (made) {
-    for (int k = 0; k < MW_WHEELS; k++)
-      pw_begin(&mw.pw[k], mw.wheels[k], names[k]);
-    for (int i = 0; i < MW_WHEELS * MW_TIMERS; i++) {
-      mw.timers[i].wheel = i % MW_WHEELS;
-      uvtw_timer_init(mw.wheels[i % MW_WHEELS], &mw.timers[i].timer);
-      mw.timers[i].timer.data = &mw.timers[i];
-    }
-    mw.iter0 = f.iter;
-    mw.t0_ns = uv_hrtime();
-    for (int i = 0; i < MW_WHEELS * MW_TIMERS; i++)
-      if (uvtw_timer_start(&mw.timers[i].timer, mw_cb, 0, 0) != 0)
-        mw.start_errors++;
-    EXPECT_I64(fx_run(&f, UV_RUN_DEFAULT), 0, "%s: uv_run(DEFAULT) returns 0 once the restarts end",
-               T);
-    iterations = f.iter - mw.iter0 + 1;
-    tap_diag("%s: %" PRIu64 " callbacks in %" PRIu64 " loop iterations", T, mw.calls, iterations);
-    EXPECT_U64(mw.start_errors, 0, "%s: every uvtw_timer_start returned 0", T);
-    if (!tap_ok(mw.ended && !mw.bounded,
-                "%s: the restarts went on for %d loop iterations within the bound", T, MW_ROUNDS))
-      tap_diag("  expected %d iterations before %d callbacks or %" PRIu64 " s, got %" PRIu64
-               " iterations and %" PRIu64 " callbacks",
-               MW_ROUNDS, CHAIN_MAX, BOUND_NS / 1000000000u, iterations, mw.calls);
-    if (!tap_ok(mw.twice == 0, "%s: no timer restarted with 0 ran twice in one loop iteration", T))
-      tap_diag("  expected 0, got %" PRIu64, mw.twice);
-    for (int k = 0; k < MW_WHEELS; k++)
-      pw_check(&mw.pw[k], iterations, T);
+    mw.wheels[k] = f.more[k - 1];
+  for (int k = 0; k < MW_WHEELS; k++)
+    pw_begin(&mw.pw[k], mw.wheels[k], names[k]);
+  for (int i = 0; i < MW_WHEELS * MW_TIMERS; i++) {
+    mw.timers[i].wheel = i % MW_WHEELS;
+    uvtw_timer_init(mw.wheels[i % MW_WHEELS], &mw.timers[i].timer);
+    mw.timers[i].timer.data = &mw.timers[i];
   }
-  for (int k = 1; k < MW_WHEELS; k++)
-    if (mw.wheels[k] != NULL)
-      fx_wheel_close(&f, mw.wheels[k]);
+  mw.iter0 = f.iter;
+  mw.t0_ns = uv_hrtime();
+  for (int i = 0; i < MW_WHEELS * MW_TIMERS; i++)
+    if (uvtw_timer_start(&mw.timers[i].timer, mw_cb, 0, 0) != 0)
+      mw.start_errors++;
+  EXPECT_I64(fx_run(&f, UV_RUN_DEFAULT), 0, "%s: uv_run(DEFAULT) returns 0 once the restarts end",
+             T);
+  iterations = f.iter - mw.iter0 + 1;
+  tap_diag("%s: %" PRIu64 " callbacks in %" PRIu64 " loop iterations", T, mw.calls, iterations);
+  EXPECT_U64(mw.start_errors, 0, "%s: every uvtw_timer_start returned 0", T);
+  if (!tap_ok(mw.ended && !mw.bounded,
+              "%s: the restarts went on for %d loop iterations within the bound", T, MW_ROUNDS))
+    tap_diag("  expected %d iterations before %d callbacks or %" PRIu64 " s, got %" PRIu64
+             " iterations and %" PRIu64 " callbacks",
+             MW_ROUNDS, CHAIN_MAX, BOUND_NS / 1000000000u, iterations, mw.calls);
+  if (!tap_ok(mw.twice == 0, "%s: no timer restarted with 0 ran twice in one loop iteration", T))
+    tap_diag("  expected 0, got %" PRIu64, mw.twice);
+  for (int k = 0; k < MW_WHEELS; k++)
+    pw_check(&mw.pw[k], iterations, T);
   fx_close(&f);
 }
 
@@ -763,13 +746,9 @@ static void test_busy_uv_timer_starts(void) {
 static void test_busy_two_wheels(void) {
   const char *T = "busy_two_wheels";
   fx_t f;
-  if (!fx_open(&f, T, NULL))
+  if (!fx_open_more(&f, T, NULL, 1, NULL))
     return;
-  uvtw_wheel_t *second = fx_wheel_new(&f, NULL);
-  if (second == NULL) {
-    fx_close(&f);
-    return;
-  }
+  uvtw_wheel_t *second = f.more[0];
   busy_init(f.wheel, &busy.a, &busy.b);
   busy_init(second, &busy.b, &busy.a);
   busy.start_errors = 0;
@@ -784,7 +763,6 @@ static void test_busy_two_wheels(void) {
               "%s: the rounds spread over loop iterations, one each", T))
     tap_diag("  %d rounds in %" PRIu64 " iterations", busy.a.runs, f.iter - iter0);
   EXPECT_U64(busy.start_errors, 0, "%s: every start returned 0", T);
-  fx_wheel_close(&f, second);
   fx_close(&f);
 }
 

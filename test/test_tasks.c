@@ -110,59 +110,59 @@ static void max_pending_thread_after_drain(void *arg) {
   m->rc_full_again = uvtw_schedule(m->wheel, 10000, task_probe_cb, m->probe, NULL);
 }
 
-static void test_max_pending(void) {
-  enum { LIMIT = 4 };
-  fx_t f;
-  uvtw_wheel_t *wheel = NULL;
-  uvtw_options_t opts = {.tick_ms = 0, .max_pending = LIMIT};
+enum { MP_LIMIT = 4 };
+
+/* test_max_pending's tasks: 0..7 are cancelled, 8..11 fire, 15 is
+ * rejected. */
+static struct {
   task_probe_t probes[16];
   uvtw_ticket_t *tickets[16];
+} mp;
+
+/* Up to the limit, and one past it; a won cancel on the loop thread frees
+ * its place only when the loop lets go of the task. */
+static void mp_fill_to_limit(fx_t *f) {
   uvtw_ticket_t *t;
   int ok = 1;
-
-  memset(probes, 0, sizeof probes);
-  if (!fx_open(&f, "max_pending", &opts))
-    return;
-  wheel = f.wheel;
-  fx_iteration(&f);
-
-  for (int i = 0; i < LIMIT; i++) {
-    tickets[i] = NULL;
-    ok &= uvtw_schedule(wheel, 10000, task_probe_cb, &probes[i], &tickets[i]) == 0;
-    ok &= tickets[i] != NULL && tickets[i] != SENTINEL;
+  for (int i = 0; i < MP_LIMIT; i++) {
+    mp.tickets[i] = NULL;
+    ok &= uvtw_schedule(f->wheel, 10000, task_probe_cb, &mp.probes[i], &mp.tickets[i]) == 0;
+    ok &= mp.tickets[i] != NULL && mp.tickets[i] != SENTINEL;
   }
-  tap_ok(ok, "max_pending: %d schedules up to the limit succeed and hand out tickets", LIMIT);
+  tap_ok(ok, "max_pending: %d schedules up to the limit succeed and hand out tickets", MP_LIMIT);
 
   t = SENTINEL;
-  EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[15], &t), UV_ENOBUFS,
+  EXPECT_ERR(uvtw_schedule(f->wheel, 10000, task_probe_cb, &mp.probes[15], &t), UV_ENOBUFS,
              "max_pending: one schedule past the limit is UV_ENOBUFS");
   tap_ok(t == SENTINEL, "max_pending: UV_ENOBUFS leaves *ticket untouched");
-  EXPECT_ERR(uvtw_schedule(wheel, 0, task_probe_cb, &probes[15], NULL), UV_ENOBUFS,
+  EXPECT_ERR(uvtw_schedule(f->wheel, 0, task_probe_cb, &mp.probes[15], NULL), UV_ENOBUFS,
              "max_pending: fire-and-forget tasks count against the limit too");
 
-  EXPECT_ERR(uvtw_ticket_cancel(tickets[1]), 0, "max_pending: cancelling a pending task wins");
-  EXPECT_ERR(uvtw_ticket_cancel(tickets[1]), 0,
+  EXPECT_ERR(uvtw_ticket_cancel(mp.tickets[1]), 0, "max_pending: cancelling a pending task wins");
+  EXPECT_ERR(uvtw_ticket_cancel(mp.tickets[1]), 0,
              "cancel: cancelling again after a win returns 0 again");
   /* The four tasks are still queued (the loop takes them in at its next
    * poll phase), and a won cancel frees its place only when the loop lets
    * go of the task: on the loop's thread too, where no call touches the
    * wheel outside its callbacks. */
-  EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[15], NULL), UV_ENOBUFS,
+  EXPECT_ERR(uvtw_schedule(f->wheel, 10000, task_probe_cb, &mp.probes[15], NULL), UV_ENOBUFS,
              "max_pending: a won cancel on the loop thread keeps its place until the loop lets go "
              "of the task");
-  fx_iteration(&f); /* takes the tasks in; lets go of the cancelled one */
-  tickets[4] = SENTINEL;
-  EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[4], &tickets[4]), 0,
+  fx_iteration(f); /* takes the tasks in; lets go of the cancelled one */
+  mp.tickets[4] = SENTINEL;
+  EXPECT_ERR(uvtw_schedule(f->wheel, 10000, task_probe_cb, &mp.probes[4], &mp.tickets[4]), 0,
              "max_pending: once the loop took the queue in, the cancelled task's place is free");
-  if (tickets[4] == SENTINEL)
-    tickets[4] = NULL; /* failed: nothing to cancel or release (both take NULL) */
-  EXPECT_ERR(uvtw_schedule(wheel, 10000, task_probe_cb, &probes[15], NULL), UV_ENOBUFS,
+  if (mp.tickets[4] == SENTINEL)
+    mp.tickets[4] = NULL; /* failed: nothing to cancel or release (both take NULL) */
+  EXPECT_ERR(uvtw_schedule(f->wheel, 10000, task_probe_cb, &mp.probes[15], NULL), UV_ENOBUFS,
              "max_pending: ...and only one place");
+}
 
-  /* The same from another thread, for a task in the wheel: a cancel there
-   * frees the place once the loop has let go of the task, at its next
-   * take-in; its own tasks wait in the queue, which counts. */
-  max_pending_thread_t m = {.wheel = wheel, .to_cancel = tickets[2], .probe = &probes[5]};
+/* The same from another thread, for a task in the wheel: a cancel there
+ * frees the place once the loop has let go of the task, at its next
+ * take-in; its own tasks wait in the queue, which counts. */
+static void mp_other_thread(fx_t *f) {
+  max_pending_thread_t m = {.wheel = f->wheel, .to_cancel = mp.tickets[2], .probe = &mp.probes[5]};
   uv_thread_t thread;
   uv_thread_create(&thread, max_pending_thread, &m);
   uv_thread_join(&thread);
@@ -171,7 +171,7 @@ static void test_max_pending(void) {
   EXPECT_ERR(m.rc_cancel, 0, "max_pending: another thread's cancel of a loop-thread task wins");
   EXPECT_ERR(m.rc_after_cancel, UV_ENOBUFS,
              "max_pending: that cancelled task keeps its place until the loop lets go of it");
-  fx_iteration(&f);
+  fx_iteration(f);
   uv_thread_create(&thread, max_pending_thread_after_drain, &m);
   uv_thread_join(&thread);
   EXPECT_ERR(m.rc_after_drain, 0,
@@ -179,73 +179,96 @@ static void test_max_pending(void) {
   tap_ok(m.ticket != SENTINEL && m.ticket != NULL, "max_pending: ...and a ticket");
   EXPECT_ERR(m.rc_full_again, UV_ENOBUFS,
              "max_pending: a queued cross-thread task holds its place");
-  tickets[5] = m.ticket == SENTINEL ? NULL : m.ticket;
+  mp.tickets[5] = m.ticket == SENTINEL ? NULL : m.ticket;
+}
 
-  /* Cancel everything left; none of it may run, nor keep the loop alive. */
-  ok = 1;
+/* Cancel everything left; none of it may run, nor keep the loop alive. */
+static void mp_cancel_the_rest(fx_t *f) {
+  int ok = 1;
   for (int i = 0; i < 6; i++) {
-    if (i == 1 || i == 2 || tickets[i] == NULL)
+    if (i == 1 || i == 2 || mp.tickets[i] == NULL)
       continue;
-    ok &= uvtw_ticket_cancel(tickets[i]) == 0;
+    ok &= uvtw_ticket_cancel(mp.tickets[i]) == 0;
   }
   tap_ok(ok, "max_pending: cancelling the other pending tasks wins");
   for (int i = 0; i < 6; i++)
-    uvtw_ticket_release(tickets[i]);
-  EXPECT_ERR(uvtw_schedule(wheel, 0, task_probe_cb, &probes[15], NULL), UV_ENOBUFS,
+    uvtw_ticket_release(mp.tickets[i]);
+  EXPECT_ERR(uvtw_schedule(f->wheel, 0, task_probe_cb, &mp.probes[15], NULL), UV_ENOBUFS,
              "max_pending: cancelled tasks hold their places until the loop lets go of them");
-  fx_iteration(&f); /* the loop lets go of every cancelled task */
+  fx_iteration(f); /* the loop lets go of every cancelled task */
+}
 
-  /* Firing also frees places. */
-  ok = 1;
-  for (int i = 0; i < LIMIT; i++) {
-    tickets[i] = NULL;
-    ok &= uvtw_schedule(wheel, 0, task_probe_cb, &probes[8 + i], &tickets[i]) == 0;
+/* Firing also frees places. */
+static void mp_firing_frees(fx_t *f) {
+  int ok = 1;
+  for (int i = 0; i < MP_LIMIT; i++) {
+    mp.tickets[i] = NULL;
+    ok &= uvtw_schedule(f->wheel, 0, task_probe_cb, &mp.probes[8 + i], &mp.tickets[i]) == 0;
   }
-  tap_ok(ok, "max_pending: after cancelling everything, %d places are free again", LIMIT);
+  tap_ok(ok, "max_pending: after cancelling everything, %d places are free again", MP_LIMIT);
   /* Scheduled outside the wheel's callbacks after the loop ran, they keep
    * the loop alive once taken in: one iteration does that. */
-  fx_iteration(&f);
+  fx_iteration(f);
   uint64_t t0 = uv_hrtime();
-  uv_run(&f.loop, UV_RUN_DEFAULT);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
   uint64_t run_ms = (uv_hrtime() - t0) / NS_PER_MS;
-  uv_run(&f.loop, UV_RUN_DEFAULT);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
   if (!tap_ok(run_ms < 2000, "max_pending: cancelled 10 s tasks do not keep the loop alive"))
     tap_diag("  uv_run(DEFAULT) took %" PRIu64 " ms", run_ms);
 
   ok = 1;
   for (int i = 0; i < 8; i++)
-    ok &= probes[i].calls == 0;
+    ok &= mp.probes[i].calls == 0;
   tap_ok(ok, "max_pending: no cancelled task ever ran");
   ok = 1;
-  for (int i = 8; i < 8 + LIMIT; i++)
-    ok &= probes[i].calls == 1 && probes[i].status == 0 && !probes[i].wrong_thread;
+  for (int i = 8; i < 8 + MP_LIMIT; i++)
+    ok &= mp.probes[i].calls == 1 && mp.probes[i].status == 0 && !mp.probes[i].wrong_thread;
   tap_ok(ok, "max_pending: the %d 0 ms tasks ran once each, with status 0, on the loop thread",
-         LIMIT);
-  EXPECT_U64(probes[15].calls, 0, "max_pending: no rejected task ever ran");
+         MP_LIMIT);
+  EXPECT_U64(mp.probes[15].calls, 0, "max_pending: no rejected task ever ran");
+}
 
-  ok = 1;
-  for (int i = 0; i < LIMIT; i++) {
-    ok &= uvtw_ticket_cancel(tickets[i]) == UV_EALREADY;
-    ok &= uvtw_ticket_cancel(tickets[i]) == UV_EALREADY;
+/* The tasks that fired (their tickets in 0..MP_LIMIT-1) gave their places
+ * back. */
+static void mp_fired_gave_places_back(fx_t *f) {
+  int ok = 1;
+  for (int i = 0; i < MP_LIMIT; i++) {
+    ok &= uvtw_ticket_cancel(mp.tickets[i]) == UV_EALREADY;
+    ok &= uvtw_ticket_cancel(mp.tickets[i]) == UV_EALREADY;
   }
   tap_ok(ok, "cancel: cancelling after the callback ran returns UV_EALREADY, twice");
-  for (int i = 0; i < LIMIT; i++)
-    uvtw_ticket_release(tickets[i]);
+  for (int i = 0; i < MP_LIMIT; i++)
+    uvtw_ticket_release(mp.tickets[i]);
 
   ok = 1;
-  for (int i = 0; i < LIMIT; i++) {
-    tickets[i] = NULL;
-    ok &= uvtw_schedule(wheel, 10000, task_probe_cb, &probes[15], &tickets[i]) == 0;
+  for (int i = 0; i < MP_LIMIT; i++) {
+    mp.tickets[i] = NULL;
+    ok &= uvtw_schedule(f->wheel, 10000, task_probe_cb, &mp.probes[15], &mp.tickets[i]) == 0;
   }
   tap_ok(ok, "max_pending: tasks that fired gave their places back");
   ok = 1;
-  for (int i = 0; i < LIMIT; i++) {
-    ok &= tickets[i] == NULL || uvtw_ticket_cancel(tickets[i]) == 0;
-    uvtw_ticket_release(tickets[i]);
+  for (int i = 0; i < MP_LIMIT; i++) {
+    ok &= mp.tickets[i] == NULL || uvtw_ticket_cancel(mp.tickets[i]) == 0;
+    uvtw_ticket_release(mp.tickets[i]);
   }
   tap_ok(ok, "max_pending: ...and those cancel again (0)");
+}
+
+static void test_max_pending(void) {
+  fx_t f;
+  uvtw_options_t opts = {.tick_ms = 0, .max_pending = MP_LIMIT};
+
+  memset(&mp, 0, sizeof mp);
+  if (!fx_open(&f, "max_pending", &opts))
+    return;
+  fx_iteration(&f);
+  mp_fill_to_limit(&f);
+  mp_other_thread(&f);
+  mp_cancel_the_rest(&f);
+  mp_firing_frees(&f);
+  mp_fired_gave_places_back(&f);
   fx_close(&f);
-  EXPECT_U64(probes[15].calls, 0,
+  EXPECT_U64(mp.probes[15].calls, 0,
              "max_pending: tasks cancelled before close never ran, even at close");
 }
 
@@ -266,49 +289,38 @@ static void from_cb_timer_cb(uvtw_timer_t *timer) {
   c->rc = uvtw_schedule(g_fx->wheel, 5, task_probe_cb, &c->probe, &c->ticket);
 }
 
-static void test_loop_thread_keeps_alive(void) {
-  fx_t f;
-  uvtw_wheel_t *wheel = NULL;
+/* Outside the wheel's callbacks, a schedule on the loop's thread goes
+ * through the queue like any other thread's: the loop takes it in at its
+ * next poll phase, and only then does the task keep the loop alive (so
+ * here one iteration comes before uv_run(DEFAULT), which may return at
+ * once before that). */
+static void keep_alive_loop_thread(fx_t *f) {
   task_probe_t forget = {0};
-  from_cb_t held;
   uvtw_stats_t stats;
-
-  memset(&held, 0, sizeof held);
-  if (!fx_open(&f, "keep-alive", NULL))
-    return;
-  wheel = f.wheel;
-  fx_iteration(&f);
-  tap_ok(!uv_loop_alive(&f.loop), "keep-alive: an idle wheel does not keep the loop alive");
-
-  /* Outside the wheel's callbacks, a schedule on the loop's thread goes
-   * through the queue like any other thread's: the loop takes it in at its
-   * next poll phase, and only then does the task keep the loop alive (so
-   * here one iteration comes before uv_run(DEFAULT), which may return at
-   * once before that). */
-  uv_update_time(&f.loop);
+  uv_update_time(&f->loop);
   uint64_t t0 = uv_hrtime();
-  EXPECT_ERR(uvtw_schedule(wheel, 30, task_probe_cb, &forget, NULL), 0,
+  EXPECT_ERR(uvtw_schedule(f->wheel, 30, task_probe_cb, &forget, NULL), 0,
              "keep-alive: fire-and-forget schedule on the loop thread succeeds");
-  uvtw_wheel_stats(wheel, &stats);
+  uvtw_wheel_stats(f->wheel, &stats);
   EXPECT_U64(stats.active, 0,
              "keep-alive: the task waits in the queue until the loop takes it in (not active)");
-  EXPECT_I64(uvtw_wheel_next_due(wheel), -1, "keep-alive: ...nor seen by next_due");
-  fx_iteration(&f);
-  uvtw_wheel_stats(wheel, &stats);
+  EXPECT_I64(uvtw_wheel_next_due(f->wheel), -1, "keep-alive: ...nor seen by next_due");
+  fx_iteration(f);
+  uvtw_wheel_stats(f->wheel, &stats);
   EXPECT_U64(stats.active, 1,
              "keep-alive: the loop's next iteration takes the loop-thread task in (stats.active)");
-  tap_ok(uv_loop_alive(&f.loop), "keep-alive: once taken in, it keeps the loop alive");
+  tap_ok(uv_loop_alive(&f->loop), "keep-alive: once taken in, it keeps the loop alive");
   /* The task's deadline is uv_hrtime() at the call + 30 ms; next_due counts
    * on uv_now(), which may lag uv_hrtime() (a coarse clock, a slow run). */
-  int64_t due = uvtw_wheel_next_due(wheel);
+  int64_t due = uvtw_wheel_next_due(f->wheel);
   uint64_t after_ms = uv_hrtime() / 1000000;
-  int64_t lag = after_ms > uv_now(&f.loop) ? (int64_t)(after_ms - uv_now(&f.loop)) : 0;
+  int64_t lag = after_ms > uv_now(&f->loop) ? (int64_t)(after_ms - uv_now(&f->loop)) : 0;
   if (!tap_ok(due >= 0 && due <= 30 + lag,
               "keep-alive: next_due sees the task once taken in, due 30 ms from the call"))
     tap_diag("  next_due = %" PRId64 ", expected 0..%" PRId64 " (30 + uv_now's lag)", due,
              30 + lag);
 
-  uv_run(&f.loop, UV_RUN_DEFAULT);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
   uint64_t elapsed_ns = uv_hrtime() - t0;
   EXPECT_U64(forget.calls, 1, "keep-alive: uv_run(DEFAULT) returned only after the 30 ms task ran");
   EXPECT_U64(forget.status, 0, "keep-alive: ...with status 0");
@@ -317,28 +329,44 @@ static void test_loop_thread_keeps_alive(void) {
     tap_diag("  it ran after %.3f ms", (forget.ran_ns - t0) / 1e6);
   if (!tap_ok(elapsed_ns < 2000 * NS_PER_MS, "keep-alive: ...and the loop ended right after it"))
     tap_diag("  uv_run took %.3f ms", elapsed_ns / 1e6);
+}
 
-  /* From a wheel callback, the task is taken in at the end of the pass and
-   * keeps the loop alive from the call: the timer is the only thing that
-   * keeps the loop alive until then, and uv_run(DEFAULT) goes on to the
-   * task. */
-  uvtw_timer_init(wheel, &held.timer);
-  held.timer.data = &held;
-  EXPECT_ERR(uvtw_timer_start(&held.timer, from_cb_timer_cb, 1, 0), 0,
+/* From a wheel callback, the task is taken in at the end of the pass and
+ * keeps the loop alive from the call: the timer is the only thing that
+ * keeps the loop alive until then, and uv_run(DEFAULT) goes on to the
+ * task. */
+static void keep_alive_from_wheel_cb(fx_t *f) {
+  from_cb_t h, *held = &h;
+  memset(&h, 0, sizeof h);
+  uvtw_timer_init(f->wheel, &held->timer);
+  held->timer.data = held;
+  EXPECT_ERR(uvtw_timer_start(&held->timer, from_cb_timer_cb, 1, 0), 0,
              "keep-alive: a wheel timer that schedules a 5 ms task with a ticket is started");
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_ERR(held.rc, 0, "keep-alive: a schedule with a ticket from a wheel callback succeeds");
-  EXPECT_U64(held.probe.calls, 1,
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  EXPECT_ERR(held->rc, 0, "keep-alive: a schedule with a ticket from a wheel callback succeeds");
+  EXPECT_U64(held->probe.calls, 1,
              "keep-alive: uv_run(DEFAULT) returned only after the task scheduled from the wheel "
              "callback ran (it kept the loop alive from the call)");
-  EXPECT_U64(held.probe.status, 0, "keep-alive: ...with status 0");
-  if (!tap_ok(held.probe.calls == 1 && held.probe.ran_ns - held.call_ns >= 4 * NS_PER_MS,
+  EXPECT_U64(held->probe.status, 0, "keep-alive: ...with status 0");
+  if (!tap_ok(held->probe.calls == 1 && held->probe.ran_ns - held->call_ns >= 4 * NS_PER_MS,
               "keep-alive: ...not before 4 ms after the call"))
-    tap_diag("  it ran after %.3f ms", (held.probe.ran_ns - held.call_ns) / 1e6);
-  EXPECT_ERR(uvtw_ticket_cancel(held.ticket), UV_EALREADY,
+    tap_diag("  it ran after %.3f ms", (held->probe.ran_ns - held->call_ns) / 1e6);
+  EXPECT_ERR(uvtw_ticket_cancel(held->ticket), UV_EALREADY,
              "keep-alive: its cancel afterwards is UV_EALREADY");
-  uvtw_ticket_release(held.ticket);
-  uvtw_wheel_stats(wheel, &stats);
+  uvtw_ticket_release(held->ticket);
+}
+
+static void test_loop_thread_keeps_alive(void) {
+  fx_t f;
+  uvtw_stats_t stats;
+
+  if (!fx_open(&f, "keep-alive", NULL))
+    return;
+  fx_iteration(&f);
+  tap_ok(!uv_loop_alive(&f.loop), "keep-alive: an idle wheel does not keep the loop alive");
+  keep_alive_loop_thread(&f);
+  keep_alive_from_wheel_cb(&f);
+  uvtw_wheel_stats(f.wheel, &stats);
   EXPECT_U64(stats.fired, 3, "keep-alive: stats.fired counts both tasks and the timer");
   EXPECT_U64(stats.active, 0, "keep-alive: stats.active is 0 after both ran");
   fx_close(&f);

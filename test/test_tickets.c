@@ -80,21 +80,12 @@ static void prompt_poll_cb(uv_timer_t *timer) {
   }
 }
 
-static void test_cancel_leaves_promptly(void) {
-  prompt_t *p = fx_xcalloc(1, sizeof *p);
+/* On the loop thread: the loop takes the task in at its next poll phase
+ * (one iteration), then it is in the wheel. */
+static void prompt_loop_thread(prompt_t *p) {
   uvtw_stats_t stats;
   task_probe_t local = {0};
   uvtw_ticket_t *ticket = NULL;
-
-  if (!fx_open(&p->f, "prompt", NULL)) {
-    free(p);
-    return;
-  }
-  p->wheel = p->f.wheel;
-  fx_iteration(&p->f);
-
-  /* On the loop thread: the loop takes the task in at its next poll phase
-   * (one iteration), then it is in the wheel. */
   uint64_t before_ms = uv_hrtime() / 1000000;
   EXPECT_ERR(uvtw_schedule(p->wheel, 10000, task_probe_cb, &local, &ticket), 0,
              "prompt: a 10 s task is scheduled on the loop thread");
@@ -133,8 +124,11 @@ static void test_cancel_leaves_promptly(void) {
   if (!tap_ok(due == -1, "prompt: ...and next_due no longer sees it"))
     tap_diag("  next_due = %" PRId64 ", expected -1", due);
   EXPECT_U64(local.calls, 0, "prompt: the cancelled task never ran");
+}
 
-  /* From another thread, once the loop has taken the tasks in. */
+/* From another thread, once the loop has taken the tasks in. */
+static void prompt_other_thread(prompt_t *p) {
+  uvtw_stats_t stats;
   uv_timer_init(&p->f.loop, &p->poll);
   p->poll.data = p;
   uv_timer_start(&p->poll, prompt_poll_cb, 1, 1);
@@ -170,6 +164,20 @@ static void test_cancel_leaves_promptly(void) {
   EXPECT_U64(stats.stopped, PROMPT_TASKS + 1, "prompt: stats.stopped counts every won cancel");
   tap_ok(stats.remote_batches > 0,
          "prompt: stats.remote_batches > 0 after cross-thread scheduling");
+}
+
+static void test_cancel_leaves_promptly(void) {
+  prompt_t *p = fx_xcalloc(1, sizeof *p);
+
+  if (!fx_open(&p->f, "prompt", NULL)) {
+    free(p);
+    return;
+  }
+  p->wheel = p->f.wheel;
+  fx_iteration(&p->f);
+
+  prompt_loop_thread(p);
+  prompt_other_thread(p);
   fx_close(&p->f);
   free(p);
 }
@@ -284,6 +292,88 @@ static void cs_expect(uint64_t started, uint64_t stopped, uint64_t fired, const 
   fx_expect_counts(cs.wheel, started - stopped - fired, started, stopped, fired, what);
 }
 
+/* Before the loop first runs: tasks 0-4 from the loop's thread, 5-9 from
+ * another; all ten cancelled (0-4 on the loop's thread) before the loop
+ * takes them in. */
+static void cs_cancelled_before_take_in(fx_t *f) {
+  const char *T = f->name;
+  int scheduled = 0, cancelled = 0;
+  for (int i = 0; i < 5; i++)
+    scheduled += cs_schedule(i, 10000) == 0;
+  cs_on_thread(5, 10, 10000, 5, 10, "before the loop runs");
+  for (int i = 0; i < 5; i++)
+    cancelled += cs_cancel(i) == 0;
+  EXPECT_U64(scheduled + cancelled, 10,
+             "%s: five schedules and their cancels on the loop's thread returned 0", T);
+  cs_invariant();
+  cs_iterations(f);
+  cs_expect(10, 10, 0,
+            "after the loop let go of 10 tasks cancelled before it took them in "
+            "(started 10, stopped 10)");
+  cs_iterations(f);
+  cs_expect(10, 10, 0, "... and counted once: more iterations change nothing");
+}
+
+/* Taken in, then cancelled: 10-15 taken in; 10, 11 cancelled from
+ * another thread, 12 from the loop's thread outside callbacks. */
+static void cs_cancelled_after_take_in(fx_t *f) {
+  const char *T = f->name;
+  cs_on_thread(10, 16, 10000, 0, 0, "tasks to take in");
+  cs_iterations(f);
+  cs_expect(16, 10, 0, "6 tasks taken in count in started at the take-in");
+  cs_on_thread(0, 0, 0, 10, 12, "cancels of taken-in tasks");
+  EXPECT_ERR(cs_cancel(12), 0, "%s: a taken-in task's cancel on the loop's thread wins", T);
+  cs_invariant();
+  cs_iterations(f);
+  cs_expect(16, 13, 0, "3 taken-in tasks cancelled: stopped once each, started not again");
+}
+
+/* A mix: 16-19 of 10 s and 20, 21 of 0 ms from another thread, which
+ * cancels 16 and 17 before the loop takes them in; 20's callback
+ * cancels 18, taken in. */
+static void cs_mixed(fx_t *f) {
+  const char *T = f->name;
+  cs.cancel_in_cb = 18;
+  cs_on_thread(16, 20, 10000, 16, 18, "four 10 s tasks, two cancelled at once");
+  cs_on_thread(20, 22, 0, 0, 0, "two 0 ms tasks");
+  for (int k = 0; k < 5000 && (cs.probes[20].calls == 0 || cs.probes[21].calls == 0); k++) {
+    fx_iteration(f);
+    if (cs.probes[20].calls == 0 || cs.probes[21].calls == 0)
+      fx_sleep_ms(1);
+  }
+  tap_ok(cs.probes[20].calls == 1 && cs.probes[20].status == 0 && cs.probes[21].calls == 1 &&
+             cs.probes[21].status == 0,
+         "%s: the two 0 ms tasks ran once with status 0", T);
+  EXPECT_ERR(cs.cancel_in_cb_rc, 0, "%s: a cancel from inside a task callback wins", T);
+  cs_iterations(f);
+  cs_expect(22, 16, 2,
+            "2 cancelled before the take-in, 1 in a callback after it, 2 fired (started 22, "
+            "stopped 16, fired 2)");
+}
+
+/* The loop's thread, outside callbacks: 22, 23 scheduled, 22 cancelled
+ * at once. */
+static void cs_scheduled_and_cancelled_at_once(fx_t *f) {
+  const char *T = f->name;
+  EXPECT_ERR(cs_schedule(22, 10000), 0, "%s: a schedule on the loop's thread", T);
+  EXPECT_ERR(cs_schedule(23, 10000), 0, "%s: ... and another", T);
+  EXPECT_ERR(cs_cancel(22), 0, "%s: the first one's cancel, at once, wins", T);
+  cs_invariant();
+  cs_iterations(f);
+  cs_expect(24, 17, 2, "a task scheduled and cancelled at once on the loop's thread");
+}
+
+/* The rest, 13-15, 19 and 23, cancelled from another thread. */
+static void cs_cancel_the_rest(fx_t *f) {
+  const char *T = f->name;
+  cs_on_thread(0, 0, 0, 13, 16, "cancels of three more taken-in tasks");
+  cs_on_thread(0, 0, 0, 19, 20, "the cancel of the last 10 s task taken in");
+  EXPECT_ERR(cs_cancel(23), 0, "%s: the last cancel wins", T);
+  cs_invariant();
+  cs_iterations(f);
+  cs_expect(24, 22, 2, "all let go: started == stopped + fired");
+}
+
 static void test_cancelled_stats(void) {
   const char *T = "cancelled stats";
   fx_t f;
@@ -299,73 +389,11 @@ static void test_cancelled_stats(void) {
   uv_check_start(&cs.check, cs_invariant_check);
   uv_unref((uv_handle_t *)&cs.check);
 
-  /* Before the loop first runs: tasks 0-4 from the loop's thread, 5-9 from
-   * another; all ten cancelled (0-4 on the loop's thread) before the loop
-   * takes them in. */
-  int scheduled = 0, cancelled = 0;
-  for (int i = 0; i < 5; i++)
-    scheduled += cs_schedule(i, 10000) == 0;
-  cs_on_thread(5, 10, 10000, 5, 10, "before the loop runs");
-  for (int i = 0; i < 5; i++)
-    cancelled += cs_cancel(i) == 0;
-  EXPECT_U64(scheduled + cancelled, 10,
-             "%s: five schedules and their cancels on the loop's thread returned 0", T);
-  cs_invariant();
-  cs_iterations(&f);
-  cs_expect(10, 10, 0,
-            "after the loop let go of 10 tasks cancelled before it took them in "
-            "(started 10, stopped 10)");
-  cs_iterations(&f);
-  cs_expect(10, 10, 0, "... and counted once: more iterations change nothing");
-
-  /* Taken in, then cancelled: 10-15 taken in; 10, 11 cancelled from
-   * another thread, 12 from the loop's thread outside callbacks. */
-  cs_on_thread(10, 16, 10000, 0, 0, "tasks to take in");
-  cs_iterations(&f);
-  cs_expect(16, 10, 0, "6 tasks taken in count in started at the take-in");
-  cs_on_thread(0, 0, 0, 10, 12, "cancels of taken-in tasks");
-  EXPECT_ERR(cs_cancel(12), 0, "%s: a taken-in task's cancel on the loop's thread wins", T);
-  cs_invariant();
-  cs_iterations(&f);
-  cs_expect(16, 13, 0, "3 taken-in tasks cancelled: stopped once each, started not again");
-
-  /* A mix: 16-19 of 10 s and 20, 21 of 0 ms from another thread, which
-   * cancels 16 and 17 before the loop takes them in; 20's callback
-   * cancels 18, taken in. */
-  cs.cancel_in_cb = 18;
-  cs_on_thread(16, 20, 10000, 16, 18, "four 10 s tasks, two cancelled at once");
-  cs_on_thread(20, 22, 0, 0, 0, "two 0 ms tasks");
-  for (int k = 0; k < 5000 && (cs.probes[20].calls == 0 || cs.probes[21].calls == 0); k++) {
-    fx_iteration(&f);
-    if (cs.probes[20].calls == 0 || cs.probes[21].calls == 0)
-      fx_sleep_ms(1);
-  }
-  tap_ok(cs.probes[20].calls == 1 && cs.probes[20].status == 0 && cs.probes[21].calls == 1 &&
-             cs.probes[21].status == 0,
-         "%s: the two 0 ms tasks ran once with status 0", T);
-  EXPECT_ERR(cs.cancel_in_cb_rc, 0, "%s: a cancel from inside a task callback wins", T);
-  cs_iterations(&f);
-  cs_expect(22, 16, 2,
-            "2 cancelled before the take-in, 1 in a callback after it, 2 fired (started 22, "
-            "stopped 16, fired 2)");
-
-  /* The loop's thread, outside callbacks: 22, 23 scheduled, 22 cancelled
-   * at once. */
-  EXPECT_ERR(cs_schedule(22, 10000), 0, "%s: a schedule on the loop's thread", T);
-  EXPECT_ERR(cs_schedule(23, 10000), 0, "%s: ... and another", T);
-  EXPECT_ERR(cs_cancel(22), 0, "%s: the first one's cancel, at once, wins", T);
-  cs_invariant();
-  cs_iterations(&f);
-  cs_expect(24, 17, 2, "a task scheduled and cancelled at once on the loop's thread");
-
-  /* The rest, 13-15, 19 and 23, cancelled from another thread. */
-  cs_on_thread(0, 0, 0, 13, 16, "cancels of three more taken-in tasks");
-  cs_on_thread(0, 0, 0, 19, 20, "the cancel of the last 10 s task taken in");
-  EXPECT_ERR(cs_cancel(23), 0, "%s: the last cancel wins", T);
-  cs_invariant();
-  cs_iterations(&f);
-  cs_expect(24, 22, 2, "all let go: started == stopped + fired");
-
+  cs_cancelled_before_take_in(&f);
+  cs_cancelled_after_take_in(&f);
+  cs_mixed(&f);
+  cs_scheduled_and_cancelled_at_once(&f);
+  cs_cancel_the_rest(&f);
   int ran = 0;
   for (int i = 0; i < CS_TASKS; i++)
     ran += i != 20 && i != 21 && cs.probes[i].calls != 0;

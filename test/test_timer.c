@@ -14,16 +14,10 @@
 
 static uint64_t g_marker; /* something to point at */
 
-static void test_basics(void) {
-  const char *T = "basics";
-  fx_t f;
+/* The timer's size, and uvtw_wheel_new's argument errors. */
+static void basics_wheel_new_errors(fx_t *f) {
   uvtw_wheel_t *sentinel = (uvtw_wheel_t *)(void *)&g_marker;
   uvtw_wheel_t *wheel = sentinel;
-  uvtw_timer_t timer;
-  uvtw_stats_t s;
-  char version[32];
-
-  fx_open_loop(&f, T);
   if (sizeof(void *) == 8)
     EXPECT_U64(sizeof(uvtw_timer_t), 64, "sizeof(uvtw_timer_t) is 64 bytes on 64-bit targets");
   else if (!tap_ok(sizeof(uvtw_timer_t) <= 64, "sizeof(uvtw_timer_t) is at most 64 bytes"))
@@ -32,16 +26,15 @@ static void test_basics(void) {
   EXPECT_ERR(uvtw_wheel_new(NULL, NULL, &wheel), UV_EINVAL,
              "uvtw_wheel_new(NULL loop) returns UV_EINVAL");
   tap_ok(wheel == sentinel, "a failed uvtw_wheel_new leaves *out untouched");
-  EXPECT_ERR(uvtw_wheel_new(&f.loop, NULL, NULL), UV_EINVAL,
+  EXPECT_ERR(uvtw_wheel_new(&f->loop, NULL, NULL), UV_EINVAL,
              "uvtw_wheel_new(loop, opts, NULL out) returns UV_EINVAL");
+}
 
-  wheel = fx_wheel_new(&f, NULL);
-  if (!wheel) {
-    fx_close(&f);
-    return;
-  }
-  f.wheel = wheel;
-  tap_ok(uvtw_wheel_loop(wheel) == &f.loop,
+/* A new wheel: its loop, the version, all-zero stats, nothing pending. */
+static void basics_new_wheel(fx_t *f, uvtw_wheel_t *wheel) {
+  char version[32];
+  uvtw_stats_t s;
+  tap_ok(uvtw_wheel_loop(wheel) == &f->loop,
          "uvtw_wheel_loop returns the loop the wheel was made on");
   snprintf(version, sizeof version, "%d.%d.%d", UVTW_VERSION_MAJOR, UVTW_VERSION_MINOR,
            UVTW_VERSION_PATCH);
@@ -55,7 +48,11 @@ static void test_basics(void) {
          "a new wheel's stats are all zero");
   EXPECT_I64(uvtw_wheel_next_due(wheel), -1,
              "uvtw_wheel_next_due of a new wheel is -1 (nothing pending)");
+}
 
+/* An initialised timer: inactive, its data alone, its repeat settable. */
+static void basics_timer_init(uvtw_wheel_t *wheel) {
+  uvtw_timer_t timer;
   timer.data = &g_marker;
   uvtw_timer_init(wheel, &timer);
   tap_ok(timer.data == &g_marker, "uvtw_timer_init leaves data alone");
@@ -66,7 +63,23 @@ static void test_basics(void) {
   uvtw_timer_set_repeat(&timer, 123);
   EXPECT_U64(uvtw_timer_get_repeat(&timer), 123, "get_repeat returns what set_repeat set");
   EXPECT_U64((uint64_t)uvtw_timer_is_active(&timer), 0, "set_repeat does not arm a timer");
+}
 
+static void test_basics(void) {
+  const char *T = "basics";
+  fx_t f;
+  uvtw_wheel_t *wheel;
+
+  fx_open_loop(&f, T);
+  basics_wheel_new_errors(&f);
+  wheel = fx_wheel_new(&f, NULL);
+  if (!wheel) {
+    fx_close(&f);
+    return;
+  }
+  f.wheel = wheel;
+  basics_new_wheel(&f, wheel);
+  basics_timer_init(wheel);
   fx_close(&f);
 }
 
@@ -188,65 +201,78 @@ static void again_stop_second(probe_t *p) {
     uvtw_timer_stop(&p->timer);
 }
 
+/* a: with repeat 0, again does nothing, as uv_timer_again does: an active
+ * one-shot timer stays active, at its deadline */
+static void again_with_repeat_zero(fx_t *f, probe_t *a) {
+  uint64_t t0 = uv_now(&f->loop);
+  probe_start(a, 50, 0);
+  EXPECT_ERR(uvtw_timer_again(&a->timer), 0, "again with repeat 0 returns 0");
+  EXPECT_U64((uint64_t)uvtw_timer_is_active(&a->timer), 1,
+             "again with repeat 0 leaves an active one-shot timer active");
+  EXPECT_U64(uvtw_timer_get_due_in(&a->timer), 50 - (uv_now(&f->loop) - t0), "... at its deadline");
+  fx_expect_counts(f->wheel, 1, 1, 0, 0,
+                   "after again with repeat 0 on an active timer (no change)");
+  uvtw_timer_stop(&a->timer);
+  EXPECT_ERR(uvtw_timer_again(&a->timer), 0, "again with repeat 0 on a stopped timer returns 0");
+  EXPECT_U64((uint64_t)uvtw_timer_is_active(&a->timer), 0, "... and leaves it inactive");
+  fx_expect_counts(f->wheel, 0, 1, 1, 0,
+                   "after again with repeat 0 on an inactive timer (no change)");
+}
+
+/* b: again restarts an active repeating timer with timeout = repeat */
+static void again_active_repeating(fx_t *f, probe_t *b) {
+  uint64_t t0 = uv_now(&f->loop);
+  probe_start(b, 1000, 30);
+  EXPECT_ERR(uvtw_timer_again(&b->timer), 0, "again on an active repeating timer returns 0");
+  EXPECT_U64((uint64_t)uvtw_timer_is_active(&b->timer), 1, "again keeps a repeating timer active");
+  EXPECT_U64(uvtw_timer_get_due_in(&b->timer), 30,
+             "again re-arms to timeout = repeat (due_in 30, not 1000)");
+  b->deadline = t0 + 30;
+  fx_expect_counts(f->wheel, 1, 3, 2, 0, "after again on an active repeating timer (a restart)");
+}
+
+/* c: again on a started-then-stopped timer arms it with the repeat */
+static void again_stopped_with_repeat(fx_t *f, probe_t *c) {
+  probe_start(c, 40, 0);
+  uvtw_timer_stop(&c->timer);
+  uvtw_timer_set_repeat(&c->timer, 20);
+  EXPECT_ERR(uvtw_timer_again(&c->timer), 0,
+             "again on a stopped timer with a repeat set returns 0");
+  EXPECT_U64((uint64_t)uvtw_timer_is_active(&c->timer), 1,
+             "again arms a stopped timer that has a repeat");
+  EXPECT_U64(uvtw_timer_get_due_in(&c->timer), 20, "again arms it to timeout = repeat");
+  c->deadline = uv_now(&f->loop) + 20;
+  fx_expect_counts(f->wheel, 2, 5, 3, 0, "after again armed an inactive timer (a start, no stop)");
+}
+
+/* d: again on a one-shot that already ran */
+static void again_after_oneshot_ran(fx_t *f, probe_t *d) {
+  probe_start(d, 5, 0);
+  while (d->fires == 0 && !f->watchdog_fired)
+    uv_run(&f->loop, UV_RUN_ONCE);
+  uvtw_timer_set_repeat(&d->timer, 15);
+  d->deadline = uv_now(&f->loop) + 15;
+  EXPECT_ERR(uvtw_timer_again(&d->timer), 0,
+             "again on a one-shot timer that already ran returns 0");
+  EXPECT_U64(uvtw_timer_get_due_in(&d->timer), 15, "... and re-arms it to timeout = repeat");
+}
+
 static void test_again(void) {
   const char *T = "again";
   fx_t f;
-  uvtw_wheel_t *wheel;
   probe_t a, b, c, d;
-  uint64_t t0;
 
   if (!fx_open(&f, T, NULL))
     return;
-  wheel = f.wheel;
   log_reset();
-  probe_init(wheel, &a, 'a', NULL);
-  probe_init(wheel, &b, 'b', again_stop_first);
-  probe_init(wheel, &c, 'c', again_stop_first);
-  probe_init(wheel, &d, 'd', again_stop_second);
-
-  /* a: with repeat 0, again does nothing, as uv_timer_again does: an
-   * active one-shot timer stays active, at its deadline */
-  t0 = uv_now(&f.loop);
-  probe_start(&a, 50, 0);
-  EXPECT_ERR(uvtw_timer_again(&a.timer), 0, "again with repeat 0 returns 0");
-  EXPECT_U64((uint64_t)uvtw_timer_is_active(&a.timer), 1,
-             "again with repeat 0 leaves an active one-shot timer active");
-  EXPECT_U64(uvtw_timer_get_due_in(&a.timer), 50 - (uv_now(&f.loop) - t0), "... at its deadline");
-  fx_expect_counts(wheel, 1, 1, 0, 0, "after again with repeat 0 on an active timer (no change)");
-  uvtw_timer_stop(&a.timer);
-  EXPECT_ERR(uvtw_timer_again(&a.timer), 0, "again with repeat 0 on a stopped timer returns 0");
-  EXPECT_U64((uint64_t)uvtw_timer_is_active(&a.timer), 0, "... and leaves it inactive");
-  fx_expect_counts(wheel, 0, 1, 1, 0, "after again with repeat 0 on an inactive timer (no change)");
-
-  /* b: again restarts an active repeating timer with timeout = repeat */
-  t0 = uv_now(&f.loop);
-  probe_start(&b, 1000, 30);
-  EXPECT_ERR(uvtw_timer_again(&b.timer), 0, "again on an active repeating timer returns 0");
-  EXPECT_U64((uint64_t)uvtw_timer_is_active(&b.timer), 1, "again keeps a repeating timer active");
-  EXPECT_U64(uvtw_timer_get_due_in(&b.timer), 30,
-             "again re-arms to timeout = repeat (due_in 30, not 1000)");
-  b.deadline = t0 + 30;
-  fx_expect_counts(wheel, 1, 3, 2, 0, "after again on an active repeating timer (a restart)");
-
-  /* c: again on a started-then-stopped timer arms it with the repeat */
-  probe_start(&c, 40, 0);
-  uvtw_timer_stop(&c.timer);
-  uvtw_timer_set_repeat(&c.timer, 20);
-  EXPECT_ERR(uvtw_timer_again(&c.timer), 0, "again on a stopped timer with a repeat set returns 0");
-  EXPECT_U64((uint64_t)uvtw_timer_is_active(&c.timer), 1,
-             "again arms a stopped timer that has a repeat");
-  EXPECT_U64(uvtw_timer_get_due_in(&c.timer), 20, "again arms it to timeout = repeat");
-  c.deadline = uv_now(&f.loop) + 20;
-  fx_expect_counts(wheel, 2, 5, 3, 0, "after again armed an inactive timer (a start, no stop)");
-
-  /* d: again on a one-shot that already ran */
-  probe_start(&d, 5, 0);
-  while (d.fires == 0 && !g_fx->watchdog_fired)
-    uv_run(&f.loop, UV_RUN_ONCE);
-  uvtw_timer_set_repeat(&d.timer, 15);
-  d.deadline = uv_now(&f.loop) + 15;
-  EXPECT_ERR(uvtw_timer_again(&d.timer), 0, "again on a one-shot timer that already ran returns 0");
-  EXPECT_U64(uvtw_timer_get_due_in(&d.timer), 15, "... and re-arms it to timeout = repeat");
+  probe_init(f.wheel, &a, 'a', NULL);
+  probe_init(f.wheel, &b, 'b', again_stop_first);
+  probe_init(f.wheel, &c, 'c', again_stop_first);
+  probe_init(f.wheel, &d, 'd', again_stop_second);
+  again_with_repeat_zero(&f, &a);
+  again_active_repeating(&f, &b);
+  again_stopped_with_repeat(&f, &c);
+  again_after_oneshot_ran(&f, &d);
   uv_run(&f.loop, UV_RUN_DEFAULT);
   EXPECT_U64((uint64_t)b.fires, 1,
              "the timer re-armed by again ran (once: its callback stopped it)");
@@ -318,36 +344,10 @@ static void check_intervals(const probe_t *p, uint64_t interval, const char *wha
   tap_ok(ok && n >= 2, "%s", what);
 }
 
-static void test_repeat(void) {
-  const char *T = "repeat";
-  fx_t f;
-  uvtw_wheel_t *wheel;
-  uint64_t t0;
+/* rp_main: repeats until its callback stops it, active and re-armed to
+ * uv_now + repeat inside each callback. */
+static void expect_repeats_until_stopped(uint64_t t0) {
   int all_active = 1, all_due = 1, all_repeat = 1;
-
-  if (!fx_open(&f, T, NULL))
-    return;
-  wheel = f.wheel;
-  log_reset();
-  probe_init(wheel, &rp_main, 'm', rp_main_action);
-  probe_init(wheel, &rp_start, 's', rp_start_action);
-  probe_init(wheel, &rp_again, 'a', rp_again_action);
-  probe_init(wheel, &rp_stop, 'x', rp_stop_action);
-  probe_init(wheel, &rp_norepeat, 'n', rp_norepeat_action);
-  probe_init(wheel, &rp_oneshot, 'o', NULL);
-  t0 = uv_now(&f.loop);
-  probe_start(&rp_main, 10, 15);
-  EXPECT_U64(uvtw_timer_get_repeat(&rp_main.timer), 15, "start sets the repeat");
-  probe_start(&rp_start, 10, 15);
-  probe_start(&rp_again, 10, 15);
-  probe_start(&rp_stop, 10, 15);
-  probe_start(&rp_norepeat, 10, 15);
-  probe_start(&rp_oneshot, 5, 0);
-  probe_init(wheel, &rp_late, 'l', rp_late_action);
-  probe_start(&rp_late, 5, 20);
-  fx_sleep_ms(30); /* every first run is late; rp_late by >= 25 ms, more than its repeat */
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-
   EXPECT_U64((uint64_t)rp_main.fires, 4,
              "a repeating timer runs until its callback stops it (4 runs)");
   if (!tap_ok(rp_main.fires >= 1 && rp_main.now[0] >= t0 + 10,
@@ -366,7 +366,11 @@ static void test_repeat(void) {
   tap_ok(all_due,
          "it is re-armed to uv_now + repeat before its callback (due_in == repeat inside it)");
   tap_ok(all_repeat, "get_repeat inside the callback returns the repeat");
+}
 
+/* rp_start, rp_again, rp_stop: a start, an again or a stop inside the
+ * callback overrides the re-arm. */
+static void expect_cb_call_overrides_rearm(void) {
   EXPECT_U64((uint64_t)rp_start.fires, 2,
              "start inside the callback overrides the re-arm (runs twice, not repeating)");
   EXPECT_U64(rp_due_after_start, 40, "start inside the callback sets due_in to its own timeout");
@@ -392,7 +396,11 @@ static void test_repeat(void) {
              "stop inside the callback overrides the re-arm (never runs again)");
   EXPECT_ERR(rp_stop_result, 0, "stop inside the callback of a repeating timer returns 0");
   EXPECT_U64((uint64_t)rp_active_after_stop, 0, "the timer is inactive after that stop");
+}
 
+/* rp_norepeat, rp_oneshot, rp_late: repeat 0 set inside the callback, a
+ * one-shot, and a repeating timer whose first run was late. */
+static void expect_norepeat_oneshot_late(void) {
   EXPECT_U64(
       (uint64_t)rp_norepeat.fires, 2,
       "set_repeat(0) inside the callback keeps the re-arm already made, then stops repeating");
@@ -409,6 +417,40 @@ static void test_repeat(void) {
       rp_late.due_in_in_cb[0], 20,
       "a repeating timer that ran late is re-armed to uv_now + repeat, not deadline + repeat");
   check_intervals(&rp_late, 20, "after a late run the next one still waits repeat ms");
+}
+
+static void test_repeat(void) {
+  const char *T = "repeat";
+  fx_t f;
+  uvtw_wheel_t *wheel;
+  uint64_t t0;
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  wheel = f.wheel;
+  log_reset();
+  probe_init(wheel, &rp_main, 'm', rp_main_action);
+  probe_init(wheel, &rp_start, 's', rp_start_action);
+  probe_init(wheel, &rp_again, 'a', rp_again_action);
+  probe_init(wheel, &rp_stop, 'x', rp_stop_action);
+  probe_init(wheel, &rp_norepeat, 'n', rp_norepeat_action);
+  probe_init(wheel, &rp_oneshot, 'o', NULL);
+  t0 = uv_now(&f.loop);
+  probe_start(&rp_main, 10, 15);
+  EXPECT_U64(uvtw_timer_get_repeat(&rp_main.timer), 15, "start sets the repeat");
+  probe_start(&rp_start, 10, 15);
+  probe_start(&rp_again, 10, 15);
+  probe_start(&rp_stop, 10, 15);
+  probe_start(&rp_norepeat, 10, 15);
+  probe_start(&rp_oneshot, 5, 0);
+  probe_init(wheel, &rp_late, 'l', rp_late_action);
+  probe_start(&rp_late, 5, 20);
+  fx_sleep_ms(30); /* every first run is late; rp_late by >= 25 ms, more than its repeat */
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+
+  expect_repeats_until_stopped(t0);
+  expect_cb_call_overrides_rearm();
+  expect_norepeat_oneshot_late();
   tap_ok(rp_main.early + rp_start.early + rp_again.early + rp_stop.early + rp_norepeat.early +
                  rp_oneshot.early ==
              0,
@@ -495,6 +537,29 @@ static void huge_stop_all(aux_t *a) {
                       uvtw_timer_stop(&huge_r.timer);
 }
 
+/* Like a uv_timer_t with timeout UINT64_MAX, a referenced wheel holding
+ * only a saturated timer keeps uv_run going; an unreferenced helper timer
+ * runs then and stops it. */
+static void huge_keeps_loop_alive(fx_t *f, aux_t *watch) {
+  probe_start(&huge_a, UINT64_MAX, 0);
+  aux_init(&f->loop, watch, huge_stop_all);
+  aux_start(watch, 30);
+  uv_unref((uv_handle_t *)&watch->handle);
+  probe_start(&huge_b, UINT64_MAX - 1, 0);
+  probe_start(&huge_r, UINT64_MAX, 0);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  EXPECT_U64((uint64_t)watch->fires, 1,
+             "a referenced wheel whose pending timers are saturated keeps the loop alive, like "
+             "uv_timer_t");
+  EXPECT_U64((uint64_t)(huge_a.fires + huge_b.fires + huge_r.fires), 1,
+             "saturated timers never ran (only the normal one, earlier)");
+  if (!watch->fires) {
+    uvtw_timer_stop(&huge_a.timer);
+    uvtw_timer_stop(&huge_b.timer);
+    uvtw_timer_stop(&huge_r.timer);
+  }
+}
+
 static void test_huge_timeouts(void) {
   const char *T = "huge timeouts";
   fx_t f;
@@ -547,26 +612,7 @@ static void test_huge_timeouts(void) {
   EXPECT_U64(s.wakeups, 1, "saturated timers cost no wakeups (one wakeup, for the normal timer)");
   fx_expect_counts(huge_wheel, 0, 4, 3, 1, "after saturated timers were stopped");
 
-  /* Like a uv_timer_t with timeout UINT64_MAX, a referenced wheel holding
-   * only a saturated timer keeps uv_run going; an unreferenced helper timer
-   * runs then and stops it. */
-  probe_start(&huge_a, UINT64_MAX, 0);
-  aux_init(&f.loop, &watch, huge_stop_all);
-  aux_start(&watch, 30);
-  uv_unref((uv_handle_t *)&watch.handle);
-  probe_start(&huge_b, UINT64_MAX - 1, 0);
-  probe_start(&huge_r, UINT64_MAX, 0);
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  EXPECT_U64((uint64_t)watch.fires, 1,
-             "a referenced wheel whose pending timers are saturated keeps the loop alive, like "
-             "uv_timer_t");
-  EXPECT_U64((uint64_t)(huge_a.fires + huge_b.fires + huge_r.fires), 1,
-             "saturated timers never ran (only the normal one, earlier)");
-  if (!watch.fires) {
-    uvtw_timer_stop(&huge_a.timer);
-    uvtw_timer_stop(&huge_b.timer);
-    uvtw_timer_stop(&huge_r.timer);
-  }
+  huge_keeps_loop_alive(&f, &watch);
   fx_close_handle(&stopper.handle);
   fx_close_handle(&watch.handle);
   fx_close(&f);
@@ -582,51 +628,63 @@ static void wk_restart_later(aux_t *a) {
   probe_start(&wk_r, 50, 0);
 }
 
-static void test_wakeups(void) {
-  const char *T = "wakeups";
-  fx_t f;
-  uvtw_wheel_t *wheel;
-  aux_t keep, restarter;
-  probe_t w;
+/* An empty wheel, then one whose only timer was stopped, make no wakeups
+ * while `keep` (the caller closes it) runs the loop; one timer makes one. */
+static void wakeups_idle_and_one(fx_t *f, aux_t *keep, probe_t *w) {
+  uvtw_wheel_t *wheel = f->wheel;
   uvtw_stats_t s;
-
-  if (!fx_open(&f, T, NULL))
-    return;
-  wheel = f.wheel;
-  log_reset();
-  aux_init(&f.loop, &keep, NULL);
-  aux_start(&keep, 80);
-  uv_run(&f.loop, UV_RUN_DEFAULT);
+  aux_init(&f->loop, keep, NULL);
+  aux_start(keep, 80);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
   s = fx_stats(wheel);
   EXPECT_U64(s.wakeups, 0, "an empty wheel makes no wakeups over 80 ms of loop time");
 
-  probe_init(wheel, &w, 'w', NULL);
-  probe_start(&w, 30, 0);
-  uvtw_timer_stop(&w.timer);
-  aux_start(&keep, 80);
-  uv_run(&f.loop, UV_RUN_DEFAULT);
+  probe_init(wheel, w, 'w', NULL);
+  probe_start(w, 30, 0);
+  uvtw_timer_stop(&w->timer);
+  aux_start(keep, 80);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
   s = fx_stats(wheel);
   EXPECT_U64(s.wakeups, 0, "a wheel whose only timer was stopped makes no wakeups");
 
-  probe_start(&w, 20, 0);
-  aux_start(&keep, 100);
-  uv_run(&f.loop, UV_RUN_DEFAULT);
+  probe_start(w, 20, 0);
+  aux_start(keep, 100);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
   s = fx_stats(wheel);
-  EXPECT_U64((uint64_t)w.fires, 1, "one timer ran");
+  EXPECT_U64((uint64_t)w->fires, 1, "one timer ran");
   EXPECT_U64(s.wakeups, 1, "one timer costs one wakeup, and none after it ran");
   EXPECT_U64(s.wasted_wakeups, 0, "... which was not wasted");
+}
 
+/* A timer pushed later by a restart (`restarter`, closed by the caller):
+ * the wakeup armed for its first deadline may be wasted. */
+static void wakeups_after_restart(fx_t *f, aux_t *restarter) {
+  uvtw_wheel_t *wheel = f->wheel;
+  uvtw_stats_t s;
   probe_init(wheel, &wk_r, 'r', NULL);
   probe_start(&wk_r, 30, 0);
-  aux_init(&f.loop, &restarter, wk_restart_later);
-  aux_start(&restarter, 10);
-  uv_run(&f.loop, UV_RUN_DEFAULT);
+  aux_init(&f->loop, restarter, wk_restart_later);
+  aux_start(restarter, 10);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
   s = fx_stats(wheel);
   EXPECT_U64((uint64_t)wk_r.fires, 1, "a timer pushed later by a restart runs once");
   if (!tap_ok(s.wakeups - s.wasted_wakeups == 2 && s.wasted_wakeups <= 1,
               "after a restart, wakeups - wasted_wakeups counts only wakeups that ran callbacks"))
     tap_diag("  expected wakeups - wasted == 2 with wasted <= 1, got %" PRIu64 " - %" PRIu64,
              s.wakeups, s.wasted_wakeups);
+}
+
+static void test_wakeups(void) {
+  const char *T = "wakeups";
+  fx_t f;
+  aux_t keep, restarter;
+  probe_t w;
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  log_reset();
+  wakeups_idle_and_one(&f, &keep, &w);
+  wakeups_after_restart(&f, &restarter);
   tap_ok(w.early == 0 && wk_r.early == 0, "none of them ran early");
   fx_close_handle(&keep.handle);
   fx_close_handle(&restarter.handle);
@@ -636,13 +694,55 @@ static void test_wakeups(void) {
 
 /* ---- Stats counters and late_max_ms --------------------------------------- */
 
+/* The four counters after each kind of call, failed ones included. */
+static void stats_count_calls(uvtw_wheel_t *wheel, probe_t *a, probe_t *b, probe_t *c, probe_t *l) {
+  fx_expect_counts(wheel, 0, 0, 0, 0, "of a new wheel");
+  probe_start(a, 50, 0);
+  fx_expect_counts(wheel, 1, 1, 0, 0, "after one start");
+  probe_start(b, 60, 0);
+  fx_expect_counts(wheel, 2, 2, 0, 0, "after two starts");
+  probe_start(a, 70, 0);
+  fx_expect_counts(wheel, 2, 3, 1, 0, "after a restart (counts one start and one stop)");
+  uvtw_timer_stop(&b->timer);
+  fx_expect_counts(wheel, 1, 3, 2, 0, "after a stop");
+  uvtw_timer_stop(&b->timer);
+  fx_expect_counts(wheel, 1, 3, 2, 0, "after a stop of an inactive timer (not counted)");
+  uvtw_timer_start(&b->timer, NULL, 10, 0);
+  uvtw_timer_again(&c->timer);
+  fx_expect_counts(wheel, 1, 3, 2, 0, "after a failed start and a failed again (not counted)");
+  probe_start(l, 5, 0);
+  fx_expect_counts(wheel, 2, 4, 2, 0, "after a fourth start");
+}
+
+/* After the run: late_max_ms and the wakeups, `l` made late on purpose. */
+static void stats_expect_lateness(const char *T, const uvtw_stats_t *s, const probe_t *a,
+                                  const probe_t *l) {
+  uint64_t late_l, late_a;
+  late_l = l->fires ? l->now[0] - l->deadline : 0;
+  late_a = a->fires ? a->now[0] - a->deadline : 0;
+  if (!tap_ok(l->fires == 1 && a->fires == 1 && l->early == 0 && a->early == 0,
+              "%s: both ran once, on time or late", T))
+    tap_diag("  got %d and %d runs, %d and %d early", l->fires, a->fires, l->early, a->early);
+  EXPECT_U64(s->late_max_ms, late_l > late_a ? late_l : late_a,
+             "stats.late_max_ms is the largest uv_now() - deadline seen at a callback");
+  if (!tap_ok(late_l >= 20, "%s: the blocked loop made the timer late (test precondition)", T))
+    tap_diag("  expected >= 20 ms late, got %" PRIu64, late_l);
+  /* A restart and a stop happened before the loop ran, so up to two wakeups
+   * may be wasted (armed for entries that were stopped); the two callbacks
+   * need one or two wakeups of their own. */
+  if (!tap_ok(
+          s->wakeups - s->wasted_wakeups >= 1 && s->wakeups - s->wasted_wakeups <= 2 &&
+              s->wasted_wakeups <= 2,
+          "stats.wakeups counts the wheel's timer firings (1..2 that ran callbacks, <= 2 wasted)"))
+    tap_diag("  got %" PRIu64 " wakeups, %" PRIu64 " wasted", s->wakeups, s->wasted_wakeups);
+}
+
 static void test_stats(void) {
   const char *T = "stats";
   fx_t f;
   uvtw_wheel_t *wheel;
   probe_t a, b, c, l;
   uvtw_stats_t s;
-  uint64_t late_l, late_a;
 
   if (!fx_open(&f, T, NULL))
     return;
@@ -652,43 +752,12 @@ static void test_stats(void) {
   probe_init(wheel, &b, 'b', NULL);
   probe_init(wheel, &c, 'c', NULL);
   probe_init(wheel, &l, 'l', NULL);
-  fx_expect_counts(wheel, 0, 0, 0, 0, "of a new wheel");
-  probe_start(&a, 50, 0);
-  fx_expect_counts(wheel, 1, 1, 0, 0, "after one start");
-  probe_start(&b, 60, 0);
-  fx_expect_counts(wheel, 2, 2, 0, 0, "after two starts");
-  probe_start(&a, 70, 0);
-  fx_expect_counts(wheel, 2, 3, 1, 0, "after a restart (counts one start and one stop)");
-  uvtw_timer_stop(&b.timer);
-  fx_expect_counts(wheel, 1, 3, 2, 0, "after a stop");
-  uvtw_timer_stop(&b.timer);
-  fx_expect_counts(wheel, 1, 3, 2, 0, "after a stop of an inactive timer (not counted)");
-  uvtw_timer_start(&b.timer, NULL, 10, 0);
-  uvtw_timer_again(&c.timer);
-  fx_expect_counts(wheel, 1, 3, 2, 0, "after a failed start and a failed again (not counted)");
-  probe_start(&l, 5, 0);
-  fx_expect_counts(wheel, 2, 4, 2, 0, "after a fourth start");
+  stats_count_calls(wheel, &a, &b, &c, &l);
   fx_sleep_ms(30); /* l will be ~25 ms late */
   uv_run(&f.loop, UV_RUN_DEFAULT);
   s = fx_stats(wheel);
   fx_expect_counts(wheel, 0, 4, 2, 2, "after both timers ran");
-  late_l = l.fires ? l.now[0] - l.deadline : 0;
-  late_a = a.fires ? a.now[0] - a.deadline : 0;
-  if (!tap_ok(l.fires == 1 && a.fires == 1 && l.early == 0 && a.early == 0,
-              "%s: both ran once, on time or late", T))
-    tap_diag("  got %d and %d runs, %d and %d early", l.fires, a.fires, l.early, a.early);
-  EXPECT_U64(s.late_max_ms, late_l > late_a ? late_l : late_a,
-             "stats.late_max_ms is the largest uv_now() - deadline seen at a callback");
-  if (!tap_ok(late_l >= 20, "%s: the blocked loop made the timer late (test precondition)", T))
-    tap_diag("  expected >= 20 ms late, got %" PRIu64, late_l);
-  /* A restart and a stop happened before the loop ran, so up to two wakeups
-   * may be wasted (armed for entries that were stopped); the two callbacks
-   * need one or two wakeups of their own. */
-  if (!tap_ok(
-          s.wakeups - s.wasted_wakeups >= 1 && s.wakeups - s.wasted_wakeups <= 2 &&
-              s.wasted_wakeups <= 2,
-          "stats.wakeups counts the wheel's timer firings (1..2 that ran callbacks, <= 2 wasted)"))
-    tap_diag("  got %" PRIu64 " wakeups, %" PRIu64 " wasted", s.wakeups, s.wasted_wakeups);
+  stats_expect_lateness(T, &s, &a, &l);
   fx_close(&f);
   log_reset();
 }
@@ -715,13 +784,82 @@ static void nd_y_action(probe_t *p) {
 
 enum { ND_SLOT_TIMERS = 64 };
 
+/* Many deadlines close together (sharing coarse slots), stopped earliest
+ * first. */
+static void nd_nearby_stopped_earliest_first(void) {
+  size_t wrong = 0;
+  uvtw_timer_t *slot = fx_xcalloc(ND_SLOT_TIMERS, sizeof *slot);
+  for (int i = 0; i < ND_SLOT_TIMERS; i++) {
+    uvtw_timer_init(nd_wheel, &slot[i]);
+    uvtw_timer_start(&slot[i], fx_noop_timer_cb, 200 + (uint64_t)i * 3, 0);
+  }
+  for (int i = 0; i < ND_SLOT_TIMERS; i++) {
+    int64_t expect = i + 1 < ND_SLOT_TIMERS ? 200 + (int64_t)(i + 1) * 3 : -1;
+    int64_t got;
+    uvtw_timer_stop(&slot[i]);
+    got = uvtw_wheel_next_due(nd_wheel);
+    if (got != expect && wrong++ < 3)
+      tap_diag("  after stopping the timer at %d ms: expected %" PRId64 ", got %" PRId64,
+               200 + i * 3, expect, got);
+  }
+  EXPECT_U64(wrong, 0, "next_due stays exact while nearby deadlines are stopped earliest first");
+  free(slot);
+}
+
+/* Deadlines on upper levels, then one overdue. */
+static void nd_far_and_overdue(fx_t *f, probe_t *a, probe_t *b, probe_t *o) {
+  probe_start(a, 5000, 0);
+  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 5000, "next_due is exact for a deadline 5 s away");
+  probe_start(b, 300000, 0);
+  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 5000, "a later deadline does not change it");
+  probe_start(o, (uint64_t)1 << 40, 0);
+  uvtw_timer_stop(&a->timer);
+  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 300000, "next_due is exact for a deadline 5 min away");
+  uvtw_timer_stop(&b->timer);
+  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), (int64_t)1 << 40,
+             "next_due is exact for a deadline 2^40 ms away");
+  uvtw_timer_stop(&o->timer);
+  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), -1, "next_due is -1 when all were stopped");
+
+  probe_start(o, 5, 0);
+  fx_sleep_ms(20);
+  uv_update_time(&f->loop);
+  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 0, "next_due is 0 when a timer is overdue");
+  uvtw_timer_stop(&o->timer);
+}
+
+/* The loop clock moves on while the wheel is idle (`keep`, which the
+ * caller closes, keeps the loop running); then deadlines count from the
+ * new now. */
+static void nd_after_idle_stretch(fx_t *f, aux_t *keep) {
+  aux_init(&f->loop, keep, NULL);
+  aux_start(keep, 150);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  probe_init(nd_wheel, &nd_x, 'x', nd_x_action);
+  probe_init(nd_wheel, &nd_y, 'y', nd_y_action);
+  probe_init(nd_wheel, &nd_z, 'z', NULL);
+  probe_start(&nd_z, 5000, 0);
+  probe_start(&nd_y, 70, 0);
+  probe_start(&nd_x, 10, 0);
+  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 10,
+             "after the wheel was idle while the clock moved on, next_due is exact");
+  uv_run(&f->loop, UV_RUN_DEFAULT);
+  if (!tap_ok(strcmp(g_log, "xy") == 0 && nd_x.early == 0 && nd_y.early == 0,
+              "timers started after an idle stretch run in order and not early"))
+    tap_diag("  expected \"xy\" with none early, got \"%s\"", g_log);
+  EXPECT_I64(nd_after_x, (int64_t)nd_expect_after_x,
+             "next_due inside a callback is exact (next timer)");
+  EXPECT_I64(nd_after_y, (int64_t)nd_expect_after_y,
+             "next_due inside a callback is exact (a far timer)");
+  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), -1,
+             "next_due is -1 after the last timer ran or was stopped");
+}
+
 static void test_next_due(void) {
   const char *T = "next_due";
   fx_t f;
   probe_t a, b, o;
-  uvtw_timer_t *slot;
   aux_t keep;
-  size_t wrong = 0;
 
   if (!fx_open(&f, T, NULL))
     return;
@@ -743,69 +881,9 @@ static void test_next_due(void) {
   uvtw_timer_stop(&a.timer);
   EXPECT_I64(uvtw_wheel_next_due(nd_wheel), -1, "next_due is -1 after the last timer was stopped");
 
-  /* Many deadlines close together (sharing coarse slots), stopped earliest first. */
-  slot = calloc(ND_SLOT_TIMERS, sizeof *slot);
-  if (!slot) {
-    printf("Bail out! out of memory\n");
-    exit(1);
-  }
-  for (int i = 0; i < ND_SLOT_TIMERS; i++) {
-    uvtw_timer_init(nd_wheel, &slot[i]);
-    uvtw_timer_start(&slot[i], fx_noop_timer_cb, 200 + (uint64_t)i * 3, 0);
-  }
-  for (int i = 0; i < ND_SLOT_TIMERS; i++) {
-    int64_t expect = i + 1 < ND_SLOT_TIMERS ? 200 + (int64_t)(i + 1) * 3 : -1;
-    int64_t got;
-    uvtw_timer_stop(&slot[i]);
-    got = uvtw_wheel_next_due(nd_wheel);
-    if (got != expect && wrong++ < 3)
-      tap_diag("  after stopping the timer at %d ms: expected %" PRId64 ", got %" PRId64,
-               200 + i * 3, expect, got);
-  }
-  EXPECT_U64(wrong, 0, "next_due stays exact while nearby deadlines are stopped earliest first");
-  free(slot);
-
-  probe_start(&a, 5000, 0);
-  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 5000, "next_due is exact for a deadline 5 s away");
-  probe_start(&b, 300000, 0);
-  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 5000, "a later deadline does not change it");
-  probe_start(&o, (uint64_t)1 << 40, 0);
-  uvtw_timer_stop(&a.timer);
-  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 300000, "next_due is exact for a deadline 5 min away");
-  uvtw_timer_stop(&b.timer);
-  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), (int64_t)1 << 40,
-             "next_due is exact for a deadline 2^40 ms away");
-  uvtw_timer_stop(&o.timer);
-  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), -1, "next_due is -1 when all were stopped");
-
-  probe_start(&o, 5, 0);
-  fx_sleep_ms(20);
-  uv_update_time(&f.loop);
-  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 0, "next_due is 0 when a timer is overdue");
-  uvtw_timer_stop(&o.timer);
-
-  /* The loop clock moves on while the wheel is idle; then deadlines count from the new now. */
-  aux_init(&f.loop, &keep, NULL);
-  aux_start(&keep, 150);
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  probe_init(nd_wheel, &nd_x, 'x', nd_x_action);
-  probe_init(nd_wheel, &nd_y, 'y', nd_y_action);
-  probe_init(nd_wheel, &nd_z, 'z', NULL);
-  probe_start(&nd_z, 5000, 0);
-  probe_start(&nd_y, 70, 0);
-  probe_start(&nd_x, 10, 0);
-  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), 10,
-             "after the wheel was idle while the clock moved on, next_due is exact");
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  if (!tap_ok(strcmp(g_log, "xy") == 0 && nd_x.early == 0 && nd_y.early == 0,
-              "timers started after an idle stretch run in order and not early"))
-    tap_diag("  expected \"xy\" with none early, got \"%s\"", g_log);
-  EXPECT_I64(nd_after_x, (int64_t)nd_expect_after_x,
-             "next_due inside a callback is exact (next timer)");
-  EXPECT_I64(nd_after_y, (int64_t)nd_expect_after_y,
-             "next_due inside a callback is exact (a far timer)");
-  EXPECT_I64(uvtw_wheel_next_due(nd_wheel), -1,
-             "next_due is -1 after the last timer ran or was stopped");
+  nd_nearby_stopped_earliest_first();
+  nd_far_and_overdue(&f, &a, &b, &o);
+  nd_after_idle_stretch(&f, &keep);
   fx_close_handle(&keep.handle);
   fx_close(&f);
   log_reset();
@@ -824,34 +902,82 @@ static void tick_repeat_action(probe_t *p) {
     uvtw_timer_stop(&p->timer);
 }
 
+/* The probes ran by rounded deadline, then in start order. */
+static void tick_expect_order(const char *T, const uint64_t want[TICK_PROBES]) {
+  size_t bad_order = 0, pos[TICK_PROBES];
+  for (int i = 0; i < TICK_PROBES; i++) {
+    const char *at = strchr(g_log, 'a' + i);
+    pos[i] = at ? (size_t)(at - g_log) : SIZE_MAX;
+  }
+  for (int i = 0; i < TICK_PROBES; i++)
+    for (int j = 0; j < TICK_PROBES; j++)
+      if ((want[i] < want[j] || (want[i] == want[j] && i < j)) && pos[i] > pos[j] &&
+          bad_order++ < 3)
+        tap_diag("  timer %c (deadline %" PRIu64 ") ran after %c (deadline %" PRIu64 ")", 'a' + i,
+                 want[i], 'a' + j, want[j]);
+  EXPECT_U64(bad_order, 0,
+             "%s: callbacks run in rounded-deadline order, equal rounded deadlines FIFO", T);
+}
+
+/* `rep` (repeat 5 ms) was re-armed to the tick after uv_now + repeat. */
+static void tick_expect_repeat(const char *T, const probe_t *rep) {
+  int ok_rep = 1;
+  EXPECT_U64((uint64_t)rep->fires, 3, "%s: a repeating timer runs until stopped", T);
+  for (int k = 0; k < rep->fires && k < PROBE_FIRES_KEPT; k++) {
+    uint64_t expect_due = round_up(rep->now[k] + 5, TICK) - rep->now[k];
+    if (rep->due_in_in_cb[k] != expect_due) {
+      ok_rep = 0;
+      tap_diag("  run %d at %" PRIu64 ": expected due_in %" PRIu64 ", got %" PRIu64, k + 1,
+               rep->now[k], expect_due, rep->due_in_in_cb[k]);
+    }
+    if (k > 0 && rep->now[k] < round_up(rep->now[k - 1] + 5, TICK)) {
+      ok_rep = 0;
+      tap_diag("  run %d at %" PRIu64 ", before the rounded re-arm %" PRIu64, k + 1, rep->now[k],
+               round_up(rep->now[k - 1] + 5, TICK));
+    }
+  }
+  tap_ok(ok_rep && rep->early == 0,
+         "%s: re-arms round up too (uv_now + repeat, to the tick) and never run early", T);
+}
+
+/* tick_ms 0 means 1 ms, exact. */
+static void tick_zero_is_exact(void) {
+  uvtw_options_t opts = {.tick_ms = 0};
+  fx_t f;
+  probe_t p;
+  if (!fx_open(&f, "tick_ms 0", &opts))
+    return;
+  probe_init(f.wheel, &p, 'r', NULL);
+  probe_start(&p, 7, 0);
+  EXPECT_U64(uvtw_timer_get_due_in(&p.timer), 7, "tick_ms 0: deadlines are exact (1 ms ticks)");
+  EXPECT_I64(uvtw_wheel_next_due(f.wheel), 7, "tick_ms 0: next_due is exact");
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  tap_ok(p.fires == 1 && p.early == 0, "tick_ms 0: the timer runs once, not early");
+  fx_close(&f);
+  log_reset();
+}
+
 static void test_tick(void) {
   const char *T = "tick_ms 16";
   fx_t f;
-  uvtw_wheel_t *wheel;
   uvtw_options_t opts = {.tick_ms = TICK};
   probe_t p[TICK_PROBES], rep;
-  uint64_t timeouts[TICK_PROBES];
   uint64_t want[TICK_PROBES];
   uint64_t now, min_want = UINT64_MAX, to_multiple, bucket_top;
-  size_t bad_due = 0, bad_fire = 0, bad_order = 0, pos[TICK_PROBES];
-  int n = 0, ok_rep = 1;
+  size_t bad_due = 0, bad_fire = 0;
 
   if (!fx_open(&f, T, &opts))
     return;
-  wheel = f.wheel;
   log_reset();
   now = uv_now(&f.loop);
   to_multiple = round_up(now, TICK) - now;    /* 0 if now is on a multiple */
   bucket_top = round_up(now + 1, TICK) - now; /* timeouts 1..bucket_top share a deadline */
-  {
-    /* The first two share a rounded deadline although the second one's timeout is smaller:
-     * FIFO says the first runs first. */
-    const uint64_t list[TICK_PROBES] = {
-        bucket_top, 1, 0, 5, 15, 16, 17, 31, 33, 47, to_multiple, to_multiple + TICK, 100, 200};
-    memcpy(timeouts, list, sizeof list);
-  }
-  for (n = 0; n < TICK_PROBES; n++) {
-    probe_init(wheel, &p[n], (char)('a' + n), NULL);
+  /* The first two share a rounded deadline although the second one's
+   * timeout is smaller: FIFO says the first runs first. */
+  const uint64_t timeouts[TICK_PROBES] = {
+      bucket_top, 1, 0, 5, 15, 16, 17, 31, 33, 47, to_multiple, to_multiple + TICK, 100, 200};
+  for (int n = 0; n < TICK_PROBES; n++) {
+    probe_init(f.wheel, &p[n], (char)('a' + n), NULL);
     want[n] = round_up(now + timeouts[n], TICK);
     probe_start(&p[n], timeouts[n], 0);
     p[n].deadline = want[n];
@@ -866,9 +992,9 @@ static void test_tick(void) {
       bad_due, 0,
       "%s: deadlines round up to a multiple of tick_ms of uv_now() (get_due_in), multiples stay",
       T);
-  EXPECT_I64(uvtw_wheel_next_due(wheel), (int64_t)(min_want - now),
+  EXPECT_I64(uvtw_wheel_next_due(f.wheel), (int64_t)(min_want - now),
              "%s: next_due is the rounded earliest deadline", T);
-  probe_init(wheel, &rep, 'R', tick_repeat_action);
+  probe_init(f.wheel, &rep, 'R', tick_repeat_action);
   probe_start(&rep, 3, 5);
   rep.deadline = round_up(now + 3, TICK);
   uv_run(&f.loop, UV_RUN_DEFAULT);
@@ -880,52 +1006,11 @@ static void test_tick(void) {
                timeouts[i], p[i].fires, p[i].now[0], want[i]);
   }
   EXPECT_U64(bad_fire, 0, "%s: each timer ran once, never before its rounded deadline", T);
-  /* Order: by rounded deadline, then start order. */
-  for (int i = 0; i < TICK_PROBES; i++) {
-    const char *at = strchr(g_log, 'a' + i);
-    pos[i] = at ? (size_t)(at - g_log) : SIZE_MAX;
-  }
-  for (int i = 0; i < TICK_PROBES; i++)
-    for (int j = 0; j < TICK_PROBES; j++)
-      if ((want[i] < want[j] || (want[i] == want[j] && i < j)) && pos[i] > pos[j] &&
-          bad_order++ < 3)
-        tap_diag("  timer %c (deadline %" PRIu64 ") ran after %c (deadline %" PRIu64 ")", 'a' + i,
-                 want[i], 'a' + j, want[j]);
-  EXPECT_U64(bad_order, 0,
-             "%s: callbacks run in rounded-deadline order, equal rounded deadlines FIFO", T);
-
-  EXPECT_U64((uint64_t)rep.fires, 3, "%s: a repeating timer runs until stopped", T);
-  for (int k = 0; k < rep.fires && k < PROBE_FIRES_KEPT; k++) {
-    uint64_t expect_due = round_up(rep.now[k] + 5, TICK) - rep.now[k];
-    if (rep.due_in_in_cb[k] != expect_due) {
-      ok_rep = 0;
-      tap_diag("  run %d at %" PRIu64 ": expected due_in %" PRIu64 ", got %" PRIu64, k + 1,
-               rep.now[k], expect_due, rep.due_in_in_cb[k]);
-    }
-    if (k > 0 && rep.now[k] < round_up(rep.now[k - 1] + 5, TICK)) {
-      ok_rep = 0;
-      tap_diag("  run %d at %" PRIu64 ", before the rounded re-arm %" PRIu64, k + 1, rep.now[k],
-               round_up(rep.now[k - 1] + 5, TICK));
-    }
-  }
-  tap_ok(ok_rep && rep.early == 0,
-         "%s: re-arms round up too (uv_now + repeat, to the tick) and never run early", T);
+  tick_expect_order(T, want);
+  tick_expect_repeat(T, &rep);
   fx_close(&f);
   log_reset();
-
-  /* tick_ms 0 means 1 ms, exact. */
-  opts.tick_ms = 0;
-  if (!fx_open(&f, "tick_ms 0", &opts))
-    return;
-  wheel = f.wheel;
-  probe_init(wheel, &rep, 'r', NULL);
-  probe_start(&rep, 7, 0);
-  EXPECT_U64(uvtw_timer_get_due_in(&rep.timer), 7, "tick_ms 0: deadlines are exact (1 ms ticks)");
-  EXPECT_I64(uvtw_wheel_next_due(wheel), 7, "tick_ms 0: next_due is exact");
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  tap_ok(rep.fires == 1 && rep.early == 0, "tick_ms 0: the timer runs once, not early");
-  fx_close(&f);
-  log_reset();
+  tick_zero_is_exact();
 }
 
 /* ---- Inactive timers hold nothing ------------------------------------------ */
@@ -952,18 +1037,11 @@ static void test_inactive_timer_memory(void) {
   uvtw_wheel_t *w1, *w2;
   probe_t a, e, *c, *d;
 
-  fx_open_loop(&f, T);
-  log_reset();
-  w1 = fx_wheel_new(&f, NULL);
-  w2 = fx_wheel_new(&f, NULL);
-  if (!w1 || !w2) {
-    if (w1)
-      fx_wheel_close(&f, w1);
-    if (w2)
-      fx_wheel_close(&f, w2);
-    fx_close(&f);
+  if (!fx_open_more(&f, T, NULL, 1, NULL))
     return;
-  }
+  w1 = f.wheel;
+  w2 = f.more[0];
+  log_reset();
   fr_b_runs = 0;
   probe_init(w1, &a, 'a', fr_a_action);
   fr_b = malloc(sizeof *fr_b);
@@ -1008,8 +1086,6 @@ static void test_inactive_timer_memory(void) {
   if (!tap_ok(strcmp(g_log, "ade") == 0, "the remaining timers ran in deadline order"))
     tap_diag("  expected \"ade\", got \"%s\"", g_log);
   free(d);
-  fx_wheel_close(&f, w1);
-  fx_wheel_close(&f, w2);
   fx_close(&f);
   log_reset();
 }
@@ -1025,58 +1101,65 @@ static void tw_cb(uvtw_timer_t *timer) {
   tw_fires[which][timer - tw_timer[which]]++;
 }
 
+/* What the operations left: per wheel, which timers are active, and the
+ * counters their stats must show. */
+typedef struct tw_model_s {
+  bool active[2][TW_TIMERS];
+  uint64_t started[2], stopped[2], n_active[2];
+} tw_model_t;
+
+/* TW_OPS random starts and stops on either wheel; returns how many did not
+ * return 0. */
+static int tw_random_ops(tw_model_t *m) {
+  int bad_returns = 0;
+  for (int op = 0; op < TW_OPS; op++) {
+    int k = (int)fx_rng_below(2), i = (int)fx_rng_below(TW_TIMERS);
+    if (fx_rng_below(3) == 0) {
+      bad_returns += uvtw_timer_stop(&tw_timer[k][i]) != 0;
+      if (m->active[k][i]) {
+        m->stopped[k]++;
+        m->n_active[k]--;
+      }
+      m->active[k][i] = false;
+    } else {
+      uint64_t timeout = 1 + fx_rng_below(45); /* short: what is tested is the routing */
+      bad_returns += uvtw_timer_start(&tw_timer[k][i], tw_cb, timeout, 0) != 0;
+      m->started[k]++;
+      if (m->active[k][i])
+        m->stopped[k]++; /* a restart counts one stop */
+      else
+        m->n_active[k]++;
+      m->active[k][i] = true;
+    }
+  }
+  return bad_returns;
+}
+
 static void test_two_wheels_interleaved(void) {
   const char *T = "two wheels, operations interleaved";
   fx_t f;
   uvtw_wheel_t *w[2];
-  bool active[2][TW_TIMERS] = {{false}};
-  uint64_t started[2] = {0}, stopped[2] = {0}, n_active[2] = {0};
-  int bad_returns = 0;
+  tw_model_t m;
 
-  fx_open_loop(&f, T);
-  w[0] = fx_wheel_new(&f, NULL);
-  w[1] = fx_wheel_new(&f, NULL);
-  if (!w[0] || !w[1]) {
-    for (int k = 0; k < 2; k++)
-      if (w[k])
-        fx_wheel_close(&f, w[k]);
-    fx_close(&f);
+  if (!fx_open_more(&f, T, NULL, 1, NULL))
     return;
-  }
+  w[0] = f.wheel;
+  w[1] = f.more[0];
+  memset(&m, 0, sizeof m);
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < TW_TIMERS; i++) {
       uvtw_timer_init(w[k], &tw_timer[k][i]);
       tw_fires[k][i] = 0;
     }
-  for (int op = 0; op < TW_OPS; op++) {
-    int k = (int)fx_rng_below(2), i = (int)fx_rng_below(TW_TIMERS);
-    if (fx_rng_below(3) == 0) {
-      bad_returns += uvtw_timer_stop(&tw_timer[k][i]) != 0;
-      if (active[k][i]) {
-        stopped[k]++;
-        n_active[k]--;
-      }
-      active[k][i] = false;
-    } else {
-      uint64_t timeout = 1 + fx_rng_below(45); /* short: what is tested is the routing */
-      bad_returns += uvtw_timer_start(&tw_timer[k][i], tw_cb, timeout, 0) != 0;
-      started[k]++;
-      if (active[k][i])
-        stopped[k]++; /* a restart counts one stop */
-      else
-        n_active[k]++;
-      active[k][i] = true;
-    }
-  }
-  EXPECT_U64((uint64_t)bad_returns, 0, "every start and stop on either wheel returned 0");
+  EXPECT_U64((uint64_t)tw_random_ops(&m), 0, "every start and stop on either wheel returned 0");
   for (int k = 0; k < 2; k++) {
     uint64_t linked = 0;
     for (int i = 0; i < TW_TIMERS; i++)
-      linked += uvtw_timer_is_active(&tw_timer[k][i]) == (active[k][i] ? 1 : 0);
+      linked += uvtw_timer_is_active(&tw_timer[k][i]) == (m.active[k][i] ? 1 : 0);
     EXPECT_U64(linked, TW_TIMERS,
                k == 0 ? "the first wheel's timers are active exactly as started"
                       : "the second wheel's timers are active exactly as started");
-    fx_expect_counts(w[k], n_active[k], started[k], stopped[k], 0,
+    fx_expect_counts(w[k], m.n_active[k], m.started[k], m.stopped[k], 0,
                      k == 0 ? "of the first wheel after the interleaved operations"
                             : "of the second wheel after the interleaved operations");
   }
@@ -1084,16 +1167,14 @@ static void test_two_wheels_interleaved(void) {
   for (int k = 0; k < 2; k++) {
     uint64_t right = 0;
     for (int i = 0; i < TW_TIMERS; i++)
-      right += tw_fires[k][i] == (active[k][i] ? 1 : 0);
+      right += tw_fires[k][i] == (m.active[k][i] ? 1 : 0);
     EXPECT_U64(right, TW_TIMERS,
                k == 0 ? "each of the first wheel's timers ran once if left active, else never"
                       : "each of the second wheel's timers ran once if left active, else never");
-    fx_expect_counts(w[k], 0, started[k], stopped[k], n_active[k],
+    fx_expect_counts(w[k], 0, m.started[k], m.stopped[k], m.n_active[k],
                      k == 0 ? "of the first wheel once all ran"
                             : "of the second wheel once all ran");
   }
-  for (int k = 0; k < 2; k++)
-    fx_wheel_close(&f, w[k]);
   fx_close(&f);
 }
 
@@ -1130,23 +1211,12 @@ static bool ops_reach(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
  * live one. 2000 wheels are each made, used and freed in turn; then two live
  * wheels are used alternately and a timer of each fires on its own wheel.
  * ASan and Valgrind see any use of a freed wheel. */
-static void test_wheels_reused(void) {
-  const char *T = "wheels reused";
-  fx_t f;
-  uvtw_wheel_t *first, *b;
-  uvtw_timer_t t, tb, tr;
+/* 2000 wheels, each made, used and freed in turn. */
+static void wheels_made_after_free(fx_t *f, uvtw_wheel_t *first) {
   size_t failed = 0, at_last = 0;
-  uintptr_t last;
-  bool ok = true;
-
-  if (!fx_open(&f, T, NULL))
-    return;
-  first = f.wheel;
-  uvtw_timer_init(first, &t);
-  EXPECT_U64(ops_reach(first, &t), 1, "start, restart and stop on a wheel reach that wheel");
-  last = (uintptr_t)first;
+  uintptr_t last = (uintptr_t)first;
   for (int k = 0; k < 2000; k++) {
-    uvtw_wheel_t *w = fx_wheel_new(&f, NULL);
+    uvtw_wheel_t *w = fx_wheel_new(f, NULL);
     uvtw_timer_t tw;
     if (w == NULL) {
       failed++;
@@ -1160,45 +1230,60 @@ static void test_wheels_reused(void) {
     last = (uintptr_t)w;
     uvtw_wheel_close(w, NULL, NULL);
     for (int i = 0; i < 3; i++)
-      uv_run(&f.loop, UV_RUN_NOWAIT);
+      uv_run(&f->loop, UV_RUN_NOWAIT);
   }
   tap_diag("of 2000 wheels, %zu were made at the address of the wheel just freed", at_last);
   EXPECT_U64(failed, 0,
              "each of 2000 wheels made after the last one used was freed gets its own timer's "
              "start, restart and stop");
+}
 
-  /* Two live wheels, the thread switching between them. */
-  b = fx_wheel_new(&f, NULL);
-  if (b == NULL) {
-    fx_close(&f);
+/* Two live wheels, the thread switching between them: `t` on the first. */
+static void two_live_wheels(fx_t *f, uvtw_wheel_t *first, uvtw_timer_t *t) {
+  uvtw_timer_t tb, tr;
+  bool ok = true;
+  uvtw_wheel_t *b = fx_wheel_new(f, NULL);
+  if (b == NULL)
     return;
-  }
   uvtw_timer_init(b, &tb);
-  t.data = (void *)0;
+  t->data = (void *)0;
   tb.data = (void *)1;
   uvtw_timer_init(first, &tr); /* a second timer on the first wheel */
   tr.data = (void *)0;
   wr_fires[0] = wr_fires[1] = 0;
   for (int k = 0; k < 100; k++) {
-    ok &= uvtw_timer_start(&t, wr_count_cb, (uint64_t)(5 + k % 3), 0) == 0;
+    ok &= uvtw_timer_start(t, wr_count_cb, (uint64_t)(5 + k % 3), 0) == 0;
     ok &= uvtw_timer_start(&tb, wr_count_cb, (uint64_t)(5 + k % 5), 0) == 0;
-    ok &= uvtw_timer_stop(&t) == 0;
+    ok &= uvtw_timer_stop(t) == 0;
     ok &= uvtw_timer_start(&tr, wr_count_cb, 3, 0) == 0;
     ok &= uvtw_timer_stop(&tr) == 0;
   }
-  ok &= uvtw_timer_start(&t, wr_count_cb, 4, 0) == 0;
+  ok &= uvtw_timer_start(t, wr_count_cb, 4, 0) == 0;
   EXPECT_U64(ok, 1, "starts and stops alternating between the two wheels succeed");
   uvtw_stats_t sa = fx_stats(first), sb = fx_stats(b);
   EXPECT_U64(sa.active, 1, "the first wheel holds its one timer");
   EXPECT_U64(sa.started, 2 + 201, "... and counts its own starts only");
   EXPECT_U64(sb.active, 1, "the other wheel holds its one timer");
   EXPECT_U64(sb.started, 100, "... and counts its own starts only");
-  uv_run(&f.loop, UV_RUN_DEFAULT);
+  uv_run(&f->loop, UV_RUN_DEFAULT);
   EXPECT_U64(wr_fires[0], 1, "the timer on the first wheel fired once");
   EXPECT_U64(wr_fires[1], 1, "the timer on the other wheel fired once");
   EXPECT_U64(fx_stats(first).fired, 1, "it fired on its own wheel");
   EXPECT_U64(fx_stats(b).fired, 1, "and the other on its own");
-  fx_wheel_close(&f, b);
+  fx_wheel_close(f, b);
+}
+
+static void test_wheels_reused(void) {
+  const char *T = "wheels reused";
+  fx_t f;
+  uvtw_timer_t t;
+
+  if (!fx_open(&f, T, NULL))
+    return;
+  uvtw_timer_init(f.wheel, &t);
+  EXPECT_U64(ops_reach(f.wheel, &t), 1, "start, restart and stop on a wheel reach that wheel");
+  wheels_made_after_free(&f, f.wheel);
+  two_live_wheels(&f, f.wheel, &t);
   fx_close(&f);
 }
 

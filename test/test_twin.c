@@ -151,43 +151,46 @@ static int eq_before(const pair_t *a, const pair_t *b) {
 }
 
 /* Checks everything the pairs recorded; returns the largest lateness seen. */
-static uint64_t eq_verify(const char *test) {
-  size_t bad_fires = 0, bad_iter = 0, early = 0, bad_order = 0, compared = 0, after_pass = 0;
-  uint64_t late_max = 0;
+/* What eq_verify counts over the pairs. */
+typedef struct eq_tally_s {
+  size_t bad_fires, bad_iter, early, compared, after_pass;
+  uint64_t late_max;
+} eq_tally_t;
 
-  if (!tap_ok(eq.start_failures == 0, "%s: every uvtw_timer_start returned 0", test))
-    tap_diag("  expected 0 failures, got %d (last %s)", eq.start_failures,
-             tap_err_name_(eq.last_start_error));
-  for (size_t i = 0; i < eq.used; i++) {
-    pair_t *p = &eq.pairs[i];
-    int want = p->stopped ? 0 : 1;
-    if (p->w_fires != want || p->u_fires != want) {
-      if (bad_fires++ < 5)
-        tap_diag("  timer %zu (timeout %" PRIu64 ", %s): wheel timer ran %d times, its "
-                 "uv_timer_t twin %d times, expected %d each",
-                 i, p->timeout, p->stopped ? "stopped" : "not stopped", p->w_fires, p->u_fires,
-                 want);
-    }
-    if (p->w_fires >= 1 && p->u_fires >= 1) {
-      compared++;
-      after_pass += p->after_pass;
-      uint64_t want_iter = p->u_iter + (p->after_pass ? 1 : 0);
-      if (p->w_iter != want_iter && bad_iter++ < 5)
-        tap_diag("  timer %zu (timeout %" PRIu64 ", deadline %" PRIu64 "%s): wheel timer ran in "
-                 "loop iteration %" PRIu64 ", its uv_timer_t twin in iteration %" PRIu64,
-                 i, p->timeout, p->deadline,
-                 p->after_pass ? ", started due after the wheel's pass" : "", p->w_iter, p->u_iter);
-    }
-    if (p->w_fires >= 1) {
-      if (p->w_now < p->deadline) {
-        if (early++ < 5)
-          tap_diag("  timer %zu ran at uv_now %" PRIu64 ", before its deadline %" PRIu64, i,
-                   p->w_now, p->deadline);
-      } else if (p->w_now - p->deadline > late_max) {
-        late_max = p->w_now - p->deadline;
-      }
+/* Pair `i`: its callbacks, its iteration against its twin's, and its
+ * lateness, counted into `n` (the first few wrong ones shown). */
+static void eq_tally_pair(size_t i, const pair_t *p, eq_tally_t *n) {
+  int want = p->stopped ? 0 : 1;
+  if (p->w_fires != want || p->u_fires != want) {
+    if (n->bad_fires++ < 5)
+      tap_diag("  timer %zu (timeout %" PRIu64 ", %s): wheel timer ran %d times, its "
+               "uv_timer_t twin %d times, expected %d each",
+               i, p->timeout, p->stopped ? "stopped" : "not stopped", p->w_fires, p->u_fires, want);
+  }
+  if (p->w_fires >= 1 && p->u_fires >= 1) {
+    n->compared++;
+    n->after_pass += p->after_pass;
+    uint64_t want_iter = p->u_iter + (p->after_pass ? 1 : 0);
+    if (p->w_iter != want_iter && n->bad_iter++ < 5)
+      tap_diag("  timer %zu (timeout %" PRIu64 ", deadline %" PRIu64 "%s): wheel timer ran in "
+               "loop iteration %" PRIu64 ", its uv_timer_t twin in iteration %" PRIu64,
+               i, p->timeout, p->deadline,
+               p->after_pass ? ", started due after the wheel's pass" : "", p->w_iter, p->u_iter);
+  }
+  if (p->w_fires >= 1) {
+    if (p->w_now < p->deadline) {
+      if (n->early++ < 5)
+        tap_diag("  timer %zu ran at uv_now %" PRIu64 ", before its deadline %" PRIu64, i, p->w_now,
+                 p->deadline);
+    } else if (p->w_now - p->deadline > n->late_max) {
+      n->late_max = p->w_now - p->deadline;
     }
   }
+}
+
+/* Callbacks out of deadline-then-start order (the first few shown). */
+static size_t eq_bad_order(void) {
+  size_t bad_order = 0;
   for (size_t k = 1; k < eq.norder; k++) {
     const pair_t *a = &eq.pairs[eq.order[k - 1]];
     const pair_t *b = &eq.pairs[eq.order[k]];
@@ -196,27 +199,41 @@ static uint64_t eq_verify(const char *test) {
                ") after timer %zu (deadline %" PRIu64 ", start #%" PRIu64 ")",
                k, eq.order[k], b->deadline, b->seq, eq.order[k - 1], a->deadline, a->seq);
   }
-  if (!tap_ok(bad_fires == 0,
+  return bad_order;
+}
+
+static uint64_t eq_verify(const char *test) {
+  eq_tally_t n;
+
+  memset(&n, 0, sizeof n);
+
+  if (!tap_ok(eq.start_failures == 0, "%s: every uvtw_timer_start returned 0", test))
+    tap_diag("  expected 0 failures, got %d (last %s)", eq.start_failures,
+             tap_err_name_(eq.last_start_error));
+  for (size_t i = 0; i < eq.used; i++)
+    eq_tally_pair(i, &eq.pairs[i], &n);
+  size_t bad_order = eq_bad_order();
+  if (!tap_ok(n.bad_fires == 0,
               "%s: every started wheel timer (and uv_timer_t twin) ran exactly once, every stopped "
               "one never",
               test))
-    tap_diag("  expected 0 timers with a wrong number of callbacks, got %zu of %zu", bad_fires,
+    tap_diag("  expected 0 timers with a wrong number of callbacks, got %zu of %zu", n.bad_fires,
              eq.used);
-  if (!tap_ok(bad_iter == 0 && compared > 0,
+  if (!tap_ok(n.bad_iter == 0 && n.compared > 0,
               "%s: each wheel timer ran in the same loop iteration as its uv_timer_t twin, but "
               "one iteration after it if started due from a uv_timer_t callback after the wheel's "
               "pass of that timer phase (libuv < 1.48)",
               test))
-    tap_diag("  expected 0 of %zu to differ, got %zu", compared, bad_iter);
+    tap_diag("  expected 0 of %zu to differ, got %zu", n.compared, n.bad_iter);
   tap_diag("%s: %zu of %zu twins started due after the wheel's pass of their timer phase", test,
-           after_pass, compared);
-  if (!tap_ok(early == 0, "%s: no wheel callback ran with uv_now() below its deadline", test))
-    tap_diag("  expected 0 early callbacks, got %zu", early);
+           n.after_pass, n.compared);
+  if (!tap_ok(n.early == 0, "%s: no wheel callback ran with uv_now() below its deadline", test))
+    tap_diag("  expected 0 early callbacks, got %zu", n.early);
   if (!tap_ok(bad_order == 0,
               "%s: callbacks ran in nondecreasing deadline order, equal deadlines in start order",
               test))
     tap_diag("  expected 0 out-of-order callbacks, got %zu of %zu", bad_order, eq.norder);
-  return late_max;
+  return n.late_max;
 }
 
 static void eq_close_twins(void) {
@@ -818,83 +835,22 @@ static void test_self_restart_from_wheel_cb(void) {
 
 /* ---- uv_update_time() in the timer phase: the one exception ---------------- */
 
-/* libuv >= 1.48 collects a timer phase's due uv_timer_ts against the time
- * at the phase's start and keeps that time nowhere; a uv_timer_t callback
- * that calls uv_update_time() before the wheel's pass of that phase moves
- * uv_now() on, and the pass runs what is due by then: an iteration before
- * a uv_timer_t twin due in between (include/uvtw.h, "Time"). Before 1.48
- * the phase reads the clock again for every timer and the twins agree. */
-static struct {
-  uv_timer_t busy, twin;
-  uvtw_timer_t first, w;
-  uint64_t phase_start, w_deadline, w_iter, u_iter, w_now;
-} ut;
-
-static void ut_busy_cb(uv_timer_t *handle) {
-  ut.phase_start = uv_now(handle->loop); /* first due in its phase: the phase's time */
-  fx_sleep_ms(250);
-  uv_update_time(handle->loop);
-}
-
-static void ut_w_cb(uvtw_timer_t *timer) {
-  ut.w_iter = g_fx->iter;
-  (void)timer;
-  ut.w_now = uvtw_wheel_now(g_fx->wheel);
-}
-
-static void ut_u_cb(uv_timer_t *handle) {
-  (void)handle;
-  ut.u_iter = g_fx->iter;
-}
-
-static void test_update_time_in_phase(void) {
-  const char *T = "update_time_in_phase";
-  fx_t f;
-  if (!fx_open(&f, T, NULL))
-    return;
-  memset(&ut, 0, sizeof ut);
-  /* The busy uv_timer_t and the wheel's own are due together, the busy one
-   * started first; the twins are due 190 ms later, within the busy 250 ms. */
-  uv_update_time(&f.loop);
-  uv_timer_init(&f.loop, &ut.busy);
-  uv_timer_start(&ut.busy, ut_busy_cb, 10, 0);
-  uvtw_timer_init(f.wheel, &ut.first);
-  uvtw_timer_init(f.wheel, &ut.w);
-  uvtw_timer_start(&ut.first, fx_noop_timer_cb, 10, 0);
-  uvtw_timer_start(&ut.w, ut_w_cb, 200, 0);
-  uv_timer_init(&f.loop, &ut.twin);
-  uv_timer_start(&ut.twin, ut_u_cb, 200, 0);
-  ut.w_deadline = uv_now(&f.loop) + 200;
-  fx_run(&f, UV_RUN_DEFAULT);
-  tap_ok(ut.w_iter != 0 && ut.u_iter != 0, "%s: both twins ran", T);
-  tap_ok(ut.w_now >= ut.w_deadline, "%s: never early: ran at %llu, due %llu", T,
-         (unsigned long long)ut.w_now, (unsigned long long)ut.w_deadline);
-  bool collects = uv_version() >= (1u << 16 | 48u << 8);
-  bool exercised = ut.phase_start < ut.w_deadline; /* else the phase collected both */
-  uint64_t ahead = collects && exercised ? 1 : 0;
-  EXPECT_U64(ut.w_iter + ahead, ut.u_iter,
-             "%s: the wheel timer runs %llu iteration(s) before its twin (libuv %s%s)", T,
-             (unsigned long long)ahead, uv_version_string(),
-             exercised ? "" : "; the loop woke after the twins' deadline");
-  fx_close_handle(&ut.busy);
-  fx_close_handle(&ut.twin);
-  fx_close(&f);
-}
-
-static void test_again_twin(void);
-
-/* Twins W2 and U2 started together; each records the iteration it ran in,
- * plus one, so that 0 is "not run" (a slow start, as under Valgrind, can
- * make both due in the loop's first iteration, iteration 0). */
+/* The twins' fixture: twins W2 and U2 started together, each recording
+ * the iteration it ran in, plus one, so that 0 is "not run" (a slow start,
+ * as under Valgrind, can make both due in the loop's first iteration,
+ * iteration 0); W1 and HELD, wheel timers that set the stage; BUSY, a
+ * uv_timer_t that works busy_ms and updates the clock. */
 static struct {
   uvtw_timer_t w1, w2, held;
   uv_timer_t u2, busy;
-  uint64_t w_iter, u_iter;
+  unsigned busy_ms;
+  uint64_t w_iter, u_iter, w_now, phase_start;
 } tw;
 
 static void tw_w_cb(uvtw_timer_t *timer) {
   (void)timer;
   tw.w_iter = g_fx->iter + 1;
+  tw.w_now = uvtw_wheel_now(g_fx->wheel);
 }
 
 static void tw_u_cb(uv_timer_t *handle) {
@@ -910,9 +866,55 @@ static void tw_start_twins(fx_t *f, uint64_t timeout) {
 }
 
 static void tw_busy_cb(uv_timer_t *handle) {
-  fx_sleep_ms(30);
+  tw.phase_start = uv_now(handle->loop); /* the first due in its phase: the phase's time */
+  fx_sleep_ms(tw.busy_ms);
   uv_update_time(handle->loop);
 }
+
+/* Starts BUSY, due in `timeout` ms, to work `ms`. */
+static void tw_start_busy(fx_t *f, uint64_t timeout, unsigned ms) {
+  tw.busy_ms = ms;
+  uv_timer_init(&f->loop, &tw.busy);
+  uv_timer_start(&tw.busy, tw_busy_cb, timeout, 0);
+}
+
+/* libuv >= 1.48 collects a timer phase's due uv_timer_ts against the time
+ * at the phase's start and keeps that time nowhere; a uv_timer_t callback
+ * that calls uv_update_time() before the wheel's pass of that phase moves
+ * uv_now() on, and the pass runs what is due by then: an iteration before
+ * a uv_timer_t twin due in between (include/uvtw.h, "Time"). Before 1.48
+ * the phase reads the clock again for every timer and the twins agree. */
+static void test_update_time_in_phase(void) {
+  const char *T = "update_time_in_phase";
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(&tw, 0, sizeof tw);
+  /* BUSY and the wheel's own uv_timer_t are due together, BUSY started
+   * first; the twins are due 190 ms later, within BUSY's 250 ms. */
+  uv_update_time(&f.loop);
+  tw_start_busy(&f, 10, 250);
+  uvtw_timer_init(f.wheel, &tw.w1);
+  uvtw_timer_start(&tw.w1, fx_noop_timer_cb, 10, 0);
+  tw_start_twins(&f, 200);
+  uint64_t w_deadline = uv_now(&f.loop) + 200;
+  fx_run(&f, UV_RUN_DEFAULT);
+  tap_ok(tw.w_iter != 0 && tw.u_iter != 0, "%s: both twins ran", T);
+  tap_ok(tw.w_now >= w_deadline, "%s: never early: ran at %llu, due %llu", T,
+         (unsigned long long)tw.w_now, (unsigned long long)w_deadline);
+  bool collects = uv_version() >= (1u << 16 | 48u << 8);
+  bool exercised = tw.phase_start < w_deadline; /* else the phase collected both */
+  uint64_t ahead = collects && exercised ? 1 : 0;
+  EXPECT_U64(tw.w_iter + ahead, tw.u_iter,
+             "%s: the wheel timer runs %llu iteration(s) before its twin (libuv %s%s)", T,
+             (unsigned long long)ahead, uv_version_string(),
+             exercised ? "" : "; the loop woke after the twins' deadline");
+  fx_close_handle(&tw.busy);
+  fx_close_handle(&tw.u2);
+  fx_close(&f);
+}
+
+static void test_again_twin(void);
 
 /* The wheel's pass runs in a timer phase; a uv_timer_t callback after it
  * in that phase works 30 ms and updates the clock, which makes the twins
@@ -927,8 +929,7 @@ static void test_twin_due_by_clock_after_pass(void) {
   uv_update_time(&f.loop);
   uvtw_timer_init(f.wheel, &tw.w1);
   uvtw_timer_start(&tw.w1, fx_noop_timer_cb, 1, 0); /* the wheel's uv_timer_t first */
-  uv_timer_init(&f.loop, &tw.busy);
-  uv_timer_start(&tw.busy, tw_busy_cb, 1, 0); /* then the busy one, after the pass */
+  tw_start_busy(&f, 1, 30);                         /* then BUSY, after the pass */
   tw_start_twins(&f, 20);
   fx_run(&f, UV_RUN_DEFAULT);
   tap_ok(tw.w_iter != 0 && tw.u_iter != 0, "%s: both twins ran", T);

@@ -145,6 +145,63 @@ static void model_expire(wheel_t *w, entry_t *pool, uint64_t now, model_run_t *r
     fail(run, step, "a due entry did not expire");
 }
 
+/* One random operation on an entry of `pool`: a start or restart, a
+ * restart later (uvtw__wheel_refile), a stop, or time passing. */
+static void model_step(wheel_t *w, entry_t *pool, uint64_t *seq, model_run_t *run, uint64_t step) {
+  entry_t *e = &pool[rng_below(POOL)];
+  unsigned op = (unsigned)rng_below(100);
+  if (op < 30) { /* start, or restart */
+    if (e->pending)
+      uvtw__wheel_remove(w, &e->node);
+    model_insert(w, e, seq);
+    run->inserts++;
+  } else if (op < 45 && e->pending) { /* restart later */
+    uint64_t later = e->deadline + rng_below(op < 40 ? 64 : 100000);
+    if (op >= 41) /* to a deadline other entries share, maybe blocks away */
+      later = shared_deadline(w->now);
+    if (later < e->deadline)
+      later = op >= 41 ? e->deadline : UINT64_MAX;
+    uvtw__wheel_refile(w, &e->node, later);
+    run->restarted++;
+    e->deadline = later;
+    e->seq = (*seq)++;
+  } else if (op < 70) { /* stop */
+    if (e->pending) {
+      uvtw__wheel_remove(w, &e->node);
+      e->pending = false;
+      run->removes++;
+    }
+  } else { /* time passes: a little, to the next deadline, or far */
+    uint64_t next = model_next(pool);
+    uint64_t now = w->now;
+    if (op < 85)
+      now += rng_below(70);
+    else if (op < 95 && next != UINT64_MAX)
+      now = next;
+    else
+      now += rng_below((uint64_t)1 << 26);
+    model_expire(w, pool, now, run, step);
+    run->expiries++;
+    run->current += wheel_current(w) != NULL;
+  }
+}
+
+/* The checker, and the next deadline (the lower bound and the exact one)
+ * against the reference's. */
+static void model_check_step(const wheel_t *w, const entry_t *pool, model_run_t *run,
+                             uint64_t step) {
+  const char *broken = uvtw__wheel_check(w);
+  if (broken != NULL)
+    fail(run, step, broken);
+  uint64_t want = model_next(pool);
+  uint64_t lower = uvtw__wheel_next_deadline(w);
+  uint64_t exact = uvtw__wheel_next_deadline_exact(w);
+  if (lower > want)
+    fail(run, step, "the next deadline is later than the earliest pending one");
+  if (exact != want)
+    fail(run, step, "the exact next deadline is not the earliest pending one");
+}
+
 static void test_model(void) {
   static entry_t pool[POOL];
   static wheel_t w;
@@ -156,53 +213,8 @@ static void test_model(void) {
   memset(pool, 0, sizeof pool);
   uvtw__wheel_init(&w, rng_below(1u << 20));
   for (uint64_t step = 0; step < steps; step++) {
-    entry_t *e = &pool[rng_below(POOL)];
-    unsigned op = (unsigned)rng_below(100);
-    if (op < 30) { /* start, or restart */
-      if (e->pending)
-        uvtw__wheel_remove(&w, &e->node);
-      model_insert(&w, e, &seq);
-      run.inserts++;
-    } else if (op < 45 && e->pending) { /* restart later */
-      uint64_t later = e->deadline + rng_below(op < 40 ? 64 : 100000);
-      if (op >= 41) /* to a deadline other entries share, maybe blocks away */
-        later = shared_deadline(w.now);
-      if (later < e->deadline)
-        later = op >= 41 ? e->deadline : UINT64_MAX;
-      uvtw__wheel_remove(&w, &e->node);
-      uvtw__wheel_insert(&w, &e->node, later);
-      run.restarted++;
-      e->deadline = later;
-      e->seq = seq++;
-    } else if (op < 70) { /* stop */
-      if (e->pending) {
-        uvtw__wheel_remove(&w, &e->node);
-        e->pending = false;
-        run.removes++;
-      }
-    } else { /* time passes: a little, to the next deadline, or far */
-      uint64_t next = model_next(pool);
-      uint64_t now = w.now;
-      if (op < 85)
-        now += rng_below(70);
-      else if (op < 95 && next != UINT64_MAX)
-        now = next;
-      else
-        now += rng_below((uint64_t)1 << 26);
-      model_expire(&w, pool, now, &run, step);
-      run.expiries++;
-      run.current += wheel_current(&w) != NULL;
-    }
-    const char *broken = uvtw__wheel_check(&w);
-    if (broken != NULL)
-      fail(&run, step, broken);
-    uint64_t want = model_next(pool);
-    uint64_t lower = uvtw__wheel_next_deadline(&w);
-    uint64_t exact = uvtw__wheel_next_deadline_exact(&w);
-    if (lower > want)
-      fail(&run, step, "the next deadline is later than the earliest pending one");
-    if (exact != want)
-      fail(&run, step, "the exact next deadline is not the earliest pending one");
+    model_step(&w, pool, &seq, &run, step);
+    model_check_step(&w, pool, &run, step);
     if (run.failures > 20)
       break;
     run.steps++;

@@ -89,9 +89,14 @@ static void insert(model_t *m, entry_t *e, uint64_t deadline) {
   m->count++;
 }
 
-/* A restart to a later deadline: unlinked and filed again. */
+/* A restart to a later deadline: unlinked and filed again in one call, as
+ * a restart of a timer does (uvtw__wheel_refile). */
 static void restart_later(fuzz_input_t *in, model_t *m, entry_t *e) {
-  insert(m, e, fuzz_add_saturating(e->deadline, fuzz_magnitude(in)));
+  uint64_t later = fuzz_add_saturating(e->deadline, fuzz_magnitude(in));
+  uvtw__wheel_refile(&m->wheel, &e->node, later);
+  e->expired = false;
+  e->deadline = later < m->wheel.now ? m->wheel.now : later;
+  e->seq = m->seq++;
 }
 
 static void expire(model_t *m, uint64_t now) {

@@ -284,6 +284,13 @@ void uvtw__core_close(uvtw_wheel_t *w) {
   if (w->arming != ARM_IN_PASS)
     set_arming(w, ARM_IDLE, 0);
   uvtw__wheel_expire(&w->wheel, UINT64_MAX);
+  wheel_node_t *node = w->wheel.expired.next;
+  while (node != &w->wheel.expired) {
+    uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
+    node = node->next;
+    if (!(entry->wheel_ & ENTRY_TASK))
+      uvtw__entry_remove(w, entry);
+  }
 }
 
 /* ---- the arming's checker (-Dchecks) ----------------------------------------- */

@@ -167,7 +167,9 @@ bool uvtw__pass(uvtw_wheel_t *w, uint64_t now);
  * and uvtw_wheel_close's tasks). */
 void uvtw__fire_expired(uvtw_wheel_t *w);
 /* uvtw_wheel_close: the handles are stopped for good (unless closed by the
- * program) and every entry moves to the expired list. */
+ * program), every timer's entry is unlinked without its callback, and
+ * every task's moves to the expired list, in firing order, for
+ * uvtw__fire_expired. */
 void uvtw__core_close(uvtw_wheel_t *w);
 
 /* Files an entry that is in no list at `deadline` (ticks) in the pure
@@ -179,6 +181,13 @@ static inline void uvtw__entry_insert(uvtw_wheel_t *w, uvtw_timer_t *entry, uint
     w->unrefs++;
   else if (w->wheel.count - w->unrefs == 1)
     uvtw__update_refs(w);
+}
+
+/* Whether filing an entry not due at `deadline` (ticks) may arm: on an
+ * empty wheel, earlier than armed_at, or on a HELD wheel (which a filing
+ * arms). If not, uvtw__entry_insert files it as uvtw__entry_add would. */
+static inline bool uvtw__filing_may_arm(const uvtw_wheel_t *w, uint64_t deadline) {
+  return w->wheel.count == 0 || deadline < w->armed_at || w->arming == ARM_HELD;
 }
 
 /* See uvtw__entry_unlinked. */
@@ -199,6 +208,15 @@ static inline void uvtw__entry_unlinked(uvtw_wheel_t *w, const uvtw_timer_t *ent
 static inline void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
   uvtw__wheel_remove(&w->wheel, uvtw__node_of(entry));
   uvtw__entry_unlinked(w, entry);
+}
+
+/* A stop (uvtw_timer_stop, or a restart's): a pending entry is unlinked and
+ * counted in `stopped`. */
+static inline void uvtw__entry_stop(uvtw_wheel_t *w, uvtw_timer_t *entry) {
+  if (wheel_node_linked(uvtw__node_of(entry))) {
+    w->stats.stopped++;
+    uvtw__entry_remove(w, entry);
+  }
 }
 
 #ifdef UVTW_CHECKS

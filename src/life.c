@@ -126,17 +126,10 @@ void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
   leave_peers(w);
   w->close_cb = cb;
   w->close_arg = arg;
-  /* Every timer becomes inactive before any task runs with UV_ECANCELED:
-   * all entries move to the expired list and the timers leave it; then the
-   * queued tasks end, then those in the wheel, in deadline order. */
+  /* Every timer becomes inactive before any task runs with UV_ECANCELED
+   * (uvtw__core_close); then the queued tasks end, then those in the
+   * wheel, in deadline order. */
   uvtw__core_close(w);
-  wheel_node_t *node = w->wheel.expired.next;
-  while (node != &w->wheel.expired) {
-    uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
-    node = node->next;
-    if (!(entry->wheel_ & ENTRY_TASK))
-      uvtw__entry_remove(w, entry);
-  }
   uvtw__tasks_close(w);
   uvtw__fire_expired(w); /* closing: the tasks' callbacks get UV_ECANCELED */
   close_handle(w, (uv_handle_t *)&w->timer);

@@ -26,17 +26,16 @@ void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
 UVTW_NOINLINE static int start_deciding(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline,
                                         uint64_t timeout) {
   uvtw__loop_ran(w); /* the loop is being set up: the uv_async_t lets go */
-  if (wheel_node_linked(uvtw__node_of(timer))) {
-    /* A restart. Pushed later, an entry may stay where it is, and the
-     * earliest deadline cannot move earlier; but one made due (timeout 0)
-     * is filed anew, so that the arming decides which pass runs it
-     * (COLLECTED), and so is one on a HELD wheel, which a filing arms. */
+  /* A restart. Pushed later, an entry may stay where it is, and the
+   * earliest deadline cannot move earlier; but one made due (timeout 0)
+   * is filed anew, so that the arming decides which pass runs it
+   * (COLLECTED), and so is one on a HELD wheel, which a filing arms. */
+  if (wheel_node_linked(uvtw__node_of(timer)) && timeout != 0 && w->arming != ARM_HELD &&
+      uvtw__wheel_postpone(&w->wheel, uvtw__node_of(timer), deadline)) {
     w->stats.stopped++;
-    if (timeout != 0 && w->arming != ARM_HELD &&
-        uvtw__wheel_postpone(&w->wheel, uvtw__node_of(timer), deadline))
-      return 0;
-    uvtw__entry_remove(w, timer);
+    return 0;
   }
+  uvtw__entry_stop(w, timer); /* any other restart is a stop and a filing */
   uvtw__entry_add(w, timer, deadline);
   return 0;
 }
@@ -52,12 +51,9 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   uint64_t now = uvtw__clock_ms(w);
   uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(now, timeout));
   /* Most starts decide nothing: a new entry with a timeout (not due, then)
-   * no earlier than armed_at, on a wheel that holds others and holds none
-   * back (a filing on a HELD wheel arms it). They only insert; the
-   * decisions are out of line, so such a start saves few registers
-   * (bench/README.md). */
-  if (wheel_node_linked(uvtw__node_of(timer)) || timeout == 0 || w->wheel.count == 0 ||
-      deadline < w->armed_at || w->arming == ARM_HELD)
+   * whose filing cannot arm. They only insert; the decisions are out of
+   * line, so such a start saves few registers (bench/README.md). */
+  if (wheel_node_linked(uvtw__node_of(timer)) || timeout == 0 || uvtw__filing_may_arm(w, deadline))
     return start_deciding(w, timer, deadline, timeout);
   uvtw__entry_insert(w, timer, deadline);
   return 0;
@@ -66,10 +62,7 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
 int uvtw_timer_stop(uvtw_timer_t *timer) {
   if (timer == NULL)
     return UV_EINVAL;
-  if (wheel_node_linked(uvtw__node_of(timer))) {
-    uvtw__wheel_of(timer)->stats.stopped++;
-    uvtw__entry_remove(uvtw__wheel_of(timer), timer);
-  }
+  uvtw__entry_stop(uvtw__wheel_of(timer), timer);
   return 0;
 }
 

@@ -249,6 +249,7 @@ static bool end_pass(uvtw_wheel_t *w) {
 }
 
 bool uvtw__pass(uvtw_wheel_t *w, uint64_t now) {
+  uvtw__manual_set(w, uvtw__ms_of(w, now));
   run_pass(w, now);
   return end_pass(w);
 }

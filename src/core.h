@@ -160,8 +160,14 @@ static inline void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline) {
     w->stats.late_max_ms = late;
 }
 
-/* Runs one pass at `now` (ticks), then pass_end, then arms for the next
- * one; false if a callback closed the wheel (it may be gone). */
+/* Moves the manual clock to `ms`, never back. */
+static inline void uvtw__manual_set(uvtw_wheel_t *w, uint64_t ms) {
+  if (ms > w->manual_now)
+    w->manual_now = ms;
+}
+/* The manual clock's pass (manual.c): moves the clock to `now` (ticks),
+ * runs one pass there, then pass_end, then arms for the next one; false if
+ * a callback closed the wheel (it may be gone). */
 bool uvtw__pass(uvtw_wheel_t *w, uint64_t now);
 /* Pops and runs every expired entry's callback, in firing order (a pass,
  * and uvtw_wheel_close's tasks). */

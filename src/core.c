@@ -138,7 +138,7 @@ static void set_arming(uvtw_wheel_t *w, enum arming to, uint64_t deadline) {
  * way (see WAIT above). */
 static bool peer_in_pass(const uvtw_wheel_t *w) {
   for (const uvtw_wheel_t *p = w->peer; p != w; p = p->peer)
-    if (p->arming == ARM_IN_PASS && !(p->flags & WHEEL_MANUAL)) /* a manual pass is no phase */
+    if (uvtw__in_pass(p) && !(p->flags & WHEEL_MANUAL)) /* a manual pass is no phase */
       return true;
   return false;
 }
@@ -282,8 +282,7 @@ static void on_prepare(uv_prepare_t *handle) {
 }
 
 void uvtw__core_close(uvtw_wheel_t *w) {
-  if (w->arming != ARM_IN_PASS)
-    set_arming(w, ARM_IDLE, 0);
+  set_arming(w, ARM_IDLE, 0); /* in a pass too: what is left of it runs nothing */
   uvtw__wheel_expire(&w->wheel, UINT64_MAX);
   wheel_node_t *node = w->wheel.expired.next;
   while (node != &w->wheel.expired) {

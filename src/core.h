@@ -93,6 +93,15 @@ static inline bool uvtw__closing(const uvtw_wheel_t *w) {
   return w->flags & WHEEL_CLOSING;
 }
 
+/* The core runs a pass of `w`: an arming state (ARM_IN_PASS: the
+ * uv_timer_t is left where libuv has it), not one of the wheel's life. A
+ * close in the pass ends it (uvtw__core_close); life.c asks at the close
+ * whether to free the wheel where the pass ends, manual.c refuses to
+ * advance inside a pass. */
+static inline bool uvtw__in_pass(const uvtw_wheel_t *w) {
+  return w->arming == ARM_IN_PASS;
+}
+
 /* An entry's node (const or not, as container_of). */
 static inline wheel_node_t *uvtw__node_of(const uvtw_timer_t *entry) {
   return (wheel_node_t *)(uintptr_t)&entry->node_;
@@ -173,9 +182,9 @@ bool uvtw__pass(uvtw_wheel_t *w, uint64_t now);
  * and uvtw_wheel_close's tasks). */
 void uvtw__fire_expired(uvtw_wheel_t *w);
 /* uvtw_wheel_close: the handles are stopped for good (unless closed by the
- * program), every timer's entry is unlinked without its callback, and
- * every task's moves to the expired list, in firing order, for
- * uvtw__fire_expired. */
+ * program), a pass under way ends (IDLE), every timer's entry is unlinked
+ * without its callback, and every task's moves to the expired list, in
+ * firing order, for uvtw__fire_expired. */
 void uvtw__core_close(uvtw_wheel_t *w);
 
 /* Files an entry that is in no list at `deadline` (ticks) in the pure

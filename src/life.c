@@ -121,7 +121,7 @@ static void close_handle(uvtw_wheel_t *w, uv_handle_t *handle) {
 void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
   if (w == NULL || uvtw__closing(w))
     return;
-  bool in_pass = w->arming == ARM_IN_PASS;
+  bool in_pass = uvtw__in_pass(w);
   w->flags |= WHEEL_CLOSING;
   leave_peers(w);
   w->close_cb = cb;
@@ -212,8 +212,10 @@ const char *uvtw__check(const uvtw_wheel_t *w) {
   if (error != NULL)
     return error;
   INVARIANT(c[0] == w->wheel.count && c[1] == w->unrefs, "the counts disagree with the lists");
-  /* Closing: nothing left, out of the ring, the handles closing (not checked). */
-  INVARIANT(!uvtw__closing(w) || (c[0] == 0 && w->peer == w), "a closed wheel holds on");
+  /* Closing: nothing left, out of the ring, IDLE (a pass it closed in is
+   * over), the handles closing (not checked). */
+  INVARIANT(!uvtw__closing(w) || (c[0] == 0 && w->peer == w && w->arming == ARM_IDLE),
+            "a closed wheel holds on");
   /* Handles the program closed (a uv_walk) are not checked: they are left alone. */
   bool open = uvtw__handle_open(&w->timer) && uvtw__handle_open(&w->async) &&
               uvtw__handle_open(&w->prepare);

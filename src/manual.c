@@ -15,7 +15,7 @@ static int begin_advance(uvtw_wheel_t *w) {
     return UV_EINVAL;
   if (uvtw__closing(w))
     return UV_ECANCELED;
-  if (w->arming == ARM_IN_PASS)
+  if (uvtw__in_pass(w))
     return UV_EBUSY;
   uvtw__tasks_drain(w);
   return 0;

@@ -138,7 +138,7 @@ static void set_arming(uvtw_wheel_t *w, enum arming to, uint64_t deadline) {
  * way (see WAIT above). */
 static bool peer_in_pass(const uvtw_wheel_t *w) {
   for (const uvtw_wheel_t *p = w->peer; p != w; p = p->peer)
-    if (p->arming == ARM_IN_PASS && !(p->flags & WHEEL_MANUAL)) /* a manual pass is no phase */
+    if (uvtw__in_pass(p) && !(p->flags & WHEEL_MANUAL)) /* a manual pass is no phase */
       return true;
   return false;
 }
@@ -244,6 +244,7 @@ static bool end_pass(uvtw_wheel_t *w) {
 }
 
 bool uvtw__pass(uvtw_wheel_t *w, uint64_t now) {
+  uvtw__manual_set(w, uvtw__ms_of(w, now));
   run_pass(w, now);
   return end_pass(w);
 }
@@ -276,9 +277,15 @@ static void on_prepare(uv_prepare_t *handle) {
 }
 
 void uvtw__core_close(uvtw_wheel_t *w) {
-  if (w->arming != ARM_IN_PASS)
-    set_arming(w, ARM_IDLE, 0);
+  set_arming(w, ARM_IDLE, 0); /* in a pass too: what is left of it runs nothing */
   uvtw__wheel_expire(&w->wheel, UINT64_MAX);
+  wheel_node_t *node = w->wheel.expired.next;
+  while (node != &w->wheel.expired) {
+    uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
+    node = node->next;
+    if (!(entry->wheel_ & ENTRY_TASK))
+      uvtw__entry_remove(w, entry);
+  }
 }
 
 /* ---- the arming's checker (-Dchecks) ----------------------------------------- */

@@ -93,6 +93,15 @@ static inline bool uvtw__closing(const uvtw_wheel_t *w) {
   return w->flags & WHEEL_CLOSING;
 }
 
+/* The core runs a pass of `w`: an arming state (ARM_IN_PASS: the
+ * uv_timer_t is left where libuv has it), not one of the wheel's life. A
+ * close in the pass ends it (uvtw__core_close); life.c asks at the close
+ * whether to free the wheel where the pass ends, manual.c refuses to
+ * advance inside a pass. */
+static inline bool uvtw__in_pass(const uvtw_wheel_t *w) {
+  return w->arming == ARM_IN_PASS;
+}
+
 /* An entry's node (const or not, as container_of). */
 static inline wheel_node_t *uvtw__node_of(const uvtw_timer_t *entry) {
   return (wheel_node_t *)(uintptr_t)&entry->node_;
@@ -160,14 +169,22 @@ static inline void uvtw__note_fired(uvtw_wheel_t *w, uint64_t deadline) {
     w->stats.late_max_ms = late;
 }
 
-/* Runs one pass at `now` (ticks), then pass_end, then arms for the next
- * one; false if a callback closed the wheel (it may be gone). */
+/* Moves the manual clock to `ms`, never back. */
+static inline void uvtw__manual_set(uvtw_wheel_t *w, uint64_t ms) {
+  if (ms > w->manual_now)
+    w->manual_now = ms;
+}
+/* The manual clock's pass (manual.c): moves the clock to `now` (ticks),
+ * runs one pass there, then pass_end, then arms for the next one; false if
+ * a callback closed the wheel (it may be gone). */
 bool uvtw__pass(uvtw_wheel_t *w, uint64_t now);
 /* Pops and runs every expired entry's callback, in firing order (a pass,
  * and uvtw_wheel_close's tasks). */
 void uvtw__fire_expired(uvtw_wheel_t *w);
 /* uvtw_wheel_close: the handles are stopped for good (unless closed by the
- * program) and every entry moves to the expired list. */
+ * program), a pass under way ends (IDLE), every timer's entry is unlinked
+ * without its callback, and every task's moves to the expired list, in
+ * firing order, for uvtw__fire_expired. */
 void uvtw__core_close(uvtw_wheel_t *w);
 
 /* Files an entry that is in no list at `deadline` (ticks) in the pure
@@ -189,6 +206,14 @@ static inline void uvtw__entry_refile(uvtw_wheel_t *w, uvtw_timer_t *entry, uint
   uvtw__wheel_refile(&w->wheel, uvtw__node_of(entry), deadline);
 }
 
+/* Whether filing an entry not due at `deadline` (ticks) may arm: on an
+ * empty wheel, earlier than armed_at, or on a HELD wheel (which a filing
+ * arms). If not, uvtw__entry_insert (or, for a pending entry,
+ * uvtw__entry_refile) files it as uvtw__entry_add would. */
+static inline bool uvtw__filing_may_arm(const uvtw_wheel_t *w, uint64_t deadline) {
+  return w->wheel.count == 0 || deadline < w->armed_at || w->arming == ARM_HELD;
+}
+
 /* See uvtw__entry_unlinked. */
 void uvtw__release_loop(uvtw_wheel_t *w);
 
@@ -207,6 +232,15 @@ static inline void uvtw__entry_unlinked(uvtw_wheel_t *w, const uvtw_timer_t *ent
 static inline void uvtw__entry_remove(uvtw_wheel_t *w, uvtw_timer_t *entry) {
   uvtw__wheel_remove(&w->wheel, uvtw__node_of(entry));
   uvtw__entry_unlinked(w, entry);
+}
+
+/* A stop (uvtw_timer_stop, or a restart's): a pending entry is unlinked and
+ * counted in `stopped`. */
+static inline void uvtw__entry_stop(uvtw_wheel_t *w, uvtw_timer_t *entry) {
+  if (wheel_node_linked(uvtw__node_of(entry))) {
+    w->stats.stopped++;
+    uvtw__entry_remove(w, entry);
+  }
 }
 
 #ifdef UVTW_CHECKS

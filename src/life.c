@@ -120,22 +120,15 @@ static void close_handle(uvtw_wheel_t *w, uv_handle_t *handle) {
 void uvtw_wheel_close(uvtw_wheel_t *w, uvtw_close_cb cb, void *arg) {
   if (w == NULL || uvtw__closing(w))
     return;
-  bool in_pass = w->arming == ARM_IN_PASS;
+  bool in_pass = uvtw__in_pass(w);
   w->flags |= WHEEL_CLOSING;
   leave_peers(w);
   w->close_cb = cb;
   w->close_arg = arg;
-  /* Every timer becomes inactive before any task runs with UV_ECANCELED:
-   * all entries move to the expired list and the timers leave it; then the
-   * queued tasks end, then those in the wheel, in deadline order. */
+  /* Every timer becomes inactive before any task runs with UV_ECANCELED
+   * (uvtw__core_close); then the queued tasks end, then those in the
+   * wheel, in deadline order. */
   uvtw__core_close(w);
-  wheel_node_t *node = w->wheel.expired.next;
-  while (node != &w->wheel.expired) {
-    uvtw_timer_t *entry = container_of(node, uvtw_timer_t, node_);
-    node = node->next;
-    if (!(entry->wheel_ & ENTRY_TASK))
-      uvtw__entry_remove(w, entry);
-  }
   uvtw__tasks_close(w);
   uvtw__fire_expired(w); /* closing: the tasks' callbacks get UV_ECANCELED */
   close_handle(w, (uv_handle_t *)&w->timer);
@@ -218,8 +211,10 @@ const char *uvtw__check(const uvtw_wheel_t *w) {
   if (error != NULL)
     return error;
   INVARIANT(c[0] == w->wheel.count && c[1] == w->unrefs, "the counts disagree with the lists");
-  /* Closing: nothing left, out of the ring, the handles closing (not checked). */
-  INVARIANT(!uvtw__closing(w) || (c[0] == 0 && w->peer == w), "a closed wheel holds on");
+  /* Closing: nothing left, out of the ring, IDLE (a pass it closed in is
+   * over), the handles closing (not checked). */
+  INVARIANT(!uvtw__closing(w) || (c[0] == 0 && w->peer == w && w->arming == ARM_IDLE),
+            "a closed wheel holds on");
   /* Handles the program closed (a uv_walk) are not checked: they are left alone. */
   bool open = uvtw__handle_open(&w->timer) && uvtw__handle_open(&w->async) &&
               uvtw__handle_open(&w->prepare);

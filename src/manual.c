@@ -15,18 +15,10 @@ static int begin_advance(uvtw_wheel_t *w) {
     return UV_EINVAL;
   if (uvtw__closing(w))
     return UV_ECANCELED;
-  if (w->arming == ARM_IN_PASS)
+  if (uvtw__in_pass(w))
     return UV_EBUSY;
   uvtw__tasks_drain(w);
   return 0;
-}
-
-/* Sets the manual clock to tick `at` (never back) and runs one pass there.
- * False if a callback closed the wheel (it may be gone). */
-static bool manual_pass(uvtw_wheel_t *w, uint64_t at) {
-  if (uvtw__ms_of(w, at) > w->manual_now)
-    w->manual_now = uvtw__ms_of(w, at);
-  return uvtw__pass(w, at);
 }
 
 int uvtw_wheel_advance(uvtw_wheel_t *w, uint64_t ms) {
@@ -34,7 +26,7 @@ int uvtw_wheel_advance(uvtw_wheel_t *w, uint64_t ms) {
   if (err != 0)
     return err;
   /* A saturated deadline (UINT64_MAX) is never reached. */
-  uint64_t target = uvtw__add_saturating(w->manual_now, ms);
+  uint64_t target = uvtw__add_saturating(uvtw__clock_ms(w), ms);
   if (target == UINT64_MAX)
     target--;
   uint64_t last = target / w->tick_ms;
@@ -45,12 +37,11 @@ int uvtw_wheel_advance(uvtw_wheel_t *w, uint64_t ms) {
       at = next;
     if (at > last)
       break;
-    if (!manual_pass(w, at))
+    if (!uvtw__pass(w, at))
       return 0;
     at++; /* passes at strictly increasing times */
   }
-  if (target > w->manual_now)
-    w->manual_now = target;
+  uvtw__manual_set(w, target);
   return 0;
 }
 
@@ -63,7 +54,7 @@ int64_t uvtw_wheel_advance_next(uvtw_wheel_t *w) {
     return UV_EAGAIN;
   uint64_t at = next > uvtw__now_ticks(w) ? next : uvtw__now_ticks(w);
   uint64_t due = uvtw__ms_of(w, at);
-  uint64_t moved = due > w->manual_now ? due - w->manual_now : 0;
-  manual_pass(w, at); /* the wheel may be gone if a callback closed it */
+  uint64_t moved = due > uvtw__clock_ms(w) ? due - uvtw__clock_ms(w) : 0;
+  uvtw__pass(w, at); /* the wheel may be gone if a callback closed it */
   return moved > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)moved;
 }

@@ -24,11 +24,8 @@ void uvtw_timer_init(uvtw_wheel_t *wheel, uvtw_timer_t *timer) {
 /* A start that decides something: a restart, or a filing that may arm
  * (see uvtw__entry_add). */
 UVTW_NOINLINE static int start_deciding(uvtw_wheel_t *w, uvtw_timer_t *timer, uint64_t deadline) {
-  uvtw__loop_ran(w); /* the loop is being set up: the uv_async_t lets go */
-  if (wheel_node_linked(uvtw__node_of(timer))) { /* a restart */
-    w->stats.stopped++;
-    uvtw__entry_remove(w, timer);
-  }
+  uvtw__loop_ran(w);          /* the loop is being set up: the uv_async_t lets go */
+  uvtw__entry_stop(w, timer); /* a restart is a stop and a filing */
   uvtw__entry_add(w, timer, deadline);
   return 0;
 }
@@ -43,11 +40,10 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
   timer->repeat_ = repeat;
   uint64_t now = uvtw__clock_ms(w);
   uint64_t deadline = uvtw__ticks_up(w, uvtw__add_saturating(now, timeout));
-  /* Most starts and restarts decide nothing: a timeout (not due, then) no
-   * earlier than armed_at, on a wheel that holds others and holds none back
-   * (a filing on a HELD wheel arms it). They only file; the decisions are
-   * out of line, so such a start saves few registers (bench/README.md). */
-  if (timeout == 0 || w->wheel.count == 0 || deadline < w->armed_at || w->arming == ARM_HELD)
+  /* Most starts and restarts decide nothing: a timeout (not due, then)
+   * whose filing cannot arm. They only file; the decisions are out of line,
+   * so such a start saves few registers (bench/README.md). */
+  if (timeout == 0 || uvtw__filing_may_arm(w, deadline))
     return start_deciding(w, timer, deadline);
   if (wheel_node_linked(uvtw__node_of(timer)))
     uvtw__entry_refile(w, timer, deadline);
@@ -59,10 +55,7 @@ int uvtw_timer_start(uvtw_timer_t *timer, uvtw_timer_cb cb, uint64_t timeout, ui
 int uvtw_timer_stop(uvtw_timer_t *timer) {
   if (timer == NULL)
     return UV_EINVAL;
-  if (wheel_node_linked(uvtw__node_of(timer))) {
-    uvtw__wheel_of(timer)->stats.stopped++;
-    uvtw__entry_remove(uvtw__wheel_of(timer), timer);
-  }
+  uvtw__entry_stop(uvtw__wheel_of(timer), timer);
   return 0;
 }
 

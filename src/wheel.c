@@ -153,13 +153,13 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
 }
 
 /* The earliest deadline in occupied slot `index`: its first entry's if it
- * is sorted, the one all of a level-0 slot share, else the slot's minimum
- * (a lower bound) or, if `exact`, the least of a walk. */
+ * is sorted (a level-0 slot always is), else the slot's minimum (a lower
+ * bound) or, if `exact`, the least of a walk. */
 static uint64_t slot_earliest(const wheel_t *w, unsigned index, bool exact) {
   const wheel_node_t *head = &w->slots[index];
   if (!is_unsorted(w, index))
     return head->next->deadline;
-  if (wheel_level_of_slot(index) == 0 || !exact)
+  if (!exact)
     return head->deadline;
   uint64_t earliest = UINT64_MAX;
   for (const wheel_node_t *node = head->next; node != head; node = node->next)

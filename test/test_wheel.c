@@ -288,6 +288,30 @@ static void test_current_slot(void) {
   EXPECT_U64(w.count, 0, "current: nothing is left");
 }
 
+/* A current slot reached by an expiry that makes all of it due is merged
+ * into the expired list among the level-0 entries due by then, in firing
+ * order, its last entry behind all of them. */
+static void test_current_slot_merged(void) {
+  static wheel_t w;
+  entry_t a, b, c, d, e;
+  uvtw__wheel_init(&w, 0);
+  uvtw__wheel_insert(&w, &a.node, 5000); /* level 1, the slot of 4096 */
+  uvtw__wheel_insert(&w, &b.node, 5000);
+  uvtw__wheel_insert(&w, &c.node, 6000);
+  uvtw__wheel_expire(&w, 4500);          /* the slot of 4096 is current */
+  uvtw__wheel_insert(&w, &d.node, 5000); /* level 0, started after a and b */
+  uvtw__wheel_insert(&w, &e.node, 4800); /* level 0 */
+  uvtw__wheel_expire(&w, 7000);
+  tap_ok(wheel_current(&w) == NULL && uvtw__wheel_check(&w) == NULL,
+         "merged: at 7000 no slot is current, and the checker accepts the wheel");
+  wheel_node_t *order[6];
+  for (int i = 0; i < 6; i++)
+    order[i] = uvtw__wheel_pop_expired(&w);
+  tap_ok(order[0] == &e.node && order[1] == &a.node && order[2] == &b.node && order[3] == &d.node &&
+             order[4] == &c.node && order[5] == NULL,
+         "merged: 4800, the 5000s in start order across the two levels, then 6000");
+}
+
 /* Deadlines filed out of order in one level-1 slot mark it unsorted: it is
  * cascaded whole into level 0 when its first tick comes, and its entries
  * fire in deadline order, then start order. */
@@ -542,10 +566,15 @@ static void test_checker(void) {
 
 int main(int argc, char **argv) {
   static const tap_case_t cases[] = {
-      TAP_CASE(model),         TAP_CASE(fifo_across_levels),
-      TAP_CASE(current_slot),  TAP_CASE(unsorted_upper_slot),
-      TAP_CASE(filed_between), TAP_CASE(saturated),
-      TAP_CASE(remove_clears), TAP_CASE(next_deadline_expired),
+      TAP_CASE(model),
+      TAP_CASE(fifo_across_levels),
+      TAP_CASE(current_slot),
+      TAP_CASE(current_slot_merged),
+      TAP_CASE(unsorted_upper_slot),
+      TAP_CASE(filed_between),
+      TAP_CASE(saturated),
+      TAP_CASE(remove_clears),
+      TAP_CASE(next_deadline_expired),
       TAP_CASE(checker),
   };
   const char *seed_env = getenv("UVTW_SEED");

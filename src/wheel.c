@@ -20,11 +20,12 @@
  * Within its current rotation a level never wraps: d and now share every
  * digit above the entry's level, so only slots at or after now's own digit
  * can be occupied. Hence every entry on a lower level is due before every
- * entry on a higher one, and within a level slots are in time order. The
- * slots are one array in that order (level 0's, then each upper level's),
- * with one bitmap over it: the earliest pending entry is in the first
- * occupied slot, found by looking for the first non-zero bitmap word and
- * counting its trailing zeros.
+ * entry on a higher one (but the current slot's, below), and within a level
+ * slots are in time order. The slots are one array in that order (level
+ * 0's, then each upper level's), with one bitmap over it: the earliest
+ * pending entry is in the first occupied slot, or the current slot, found
+ * by looking for the first non-zero bitmap word and counting its trailing
+ * zeros.
  *
  * Every slot is a list in firing order, (deadline, start order `seq`),
  * unless it is marked unsorted. Entries are appended at a slot's tail: an

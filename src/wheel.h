@@ -134,12 +134,18 @@ static inline bool wheel_node_linked(const wheel_node_t *node) {
   return node->next != NULL;
 }
 
-/* Files `node` (not linked) to fire at `deadline`; a deadline before the
- * wheel's time is filed at that time (it is due at the next expiry). */
-static inline void uvtw__wheel_insert(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
+/* Files a node in no list as started now, to fire at `deadline`; a
+ * deadline before the wheel's time is filed at that time (it is due at the
+ * next expiry). */
+static inline void wheel_start(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
   node->deadline = deadline < w->now ? w->now : deadline;
   node->seq = w->next_seq++;
   wheel_file(w, node);
+}
+
+/* Files `node` (not linked) to fire at `deadline` (see wheel_start). */
+static inline void uvtw__wheel_insert(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
+  wheel_start(w, node, deadline);
   w->count++;
 }
 
@@ -177,9 +183,7 @@ static inline void uvtw__wheel_remove(wheel_t *w, wheel_node_t *node) {
  * with fewer stores: a restart. */
 static inline void uvtw__wheel_refile(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
   wheel_unlink(w, node);
-  node->deadline = deadline < w->now ? w->now : deadline;
-  node->seq = w->next_seq++;
-  wheel_file(w, node);
+  wheel_start(w, node, deadline);
 }
 
 /* Moves the wheel's time to `now` (if later) and makes every entry whose

@@ -174,16 +174,18 @@ static void compare(pair_t *p) {
     p->sync = false; /* one ran ahead: no longer compared */
 }
 
-static fire_t fire_now(void) {
-  return (fire_t){t.iter, uv_now(&t.loop), t.updated_iter == t.iter + 1};
+/* When twin `who` (U, the uv_timer_t; W, the wheel's) of pair p fires. */
+static fire_t fire_now(const pair_t *p, char who) {
+  fire_t f = {t.iter, uv_now(&t.loop), t.updated_iter == t.iter + 1};
+  if (trace)
+    fprintf(stderr, "    %c%d fires iter %llu now %llu\n", who, (int)(p - t.pairs),
+            (unsigned long long)f.iter, (unsigned long long)f.now);
+  return f;
 }
 
 static void on_u(uv_timer_t *handle) {
   pair_t *p = handle->data;
-  fire_t f = fire_now();
-  if (trace)
-    fprintf(stderr, "    U%d fires iter %llu now %llu\n", (int)(p - t.pairs),
-            (unsigned long long)f.iter, (unsigned long long)f.now);
+  fire_t f = fire_now(p, 'U');
   FUZZ_CHECK(t.in, f.now >= p->due_u, "a uv_timer_t never early (the oracle itself)");
   p->due_u = f.now + p->repeat;
   p->uf[p->nu++ % FIRES] = f;
@@ -192,10 +194,7 @@ static void on_u(uv_timer_t *handle) {
 
 static void on_w(uvtw_timer_t *timer) {
   pair_t *p = timer->data;
-  fire_t f = fire_now();
-  if (trace)
-    fprintf(stderr, "    W%d fires iter %llu now %llu\n", (int)(p - t.pairs),
-            (unsigned long long)f.iter, (unsigned long long)f.now);
+  fire_t f = fire_now(p, 'W');
   FUZZ_CHECK(t.in, f.now >= p->due_w, "a wheel timer never runs before its deadline");
   int i = p->wheel, outer = t.in_wheel_cb;
   if (t.last_iter[i] == t.iter && t.last_due[i] == p->due_w)

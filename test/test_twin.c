@@ -878,6 +878,13 @@ static void tw_start_busy(fx_t *f, uint64_t timeout, unsigned ms) {
   uv_timer_start(&tw.busy, tw_busy_cb, timeout, 0);
 }
 
+/* Both twins ran, W2 in U2's iteration. */
+static void tw_expect_same_iteration(const char *T) {
+  tap_ok(tw.w_iter != 0 && tw.u_iter != 0, "%s: both twins ran", T);
+  EXPECT_U64(tw.w_iter, tw.u_iter, "%s: W2 runs in U2's iteration (libuv %s)", T,
+             uv_version_string());
+}
+
 /* libuv >= 1.48 collects a timer phase's due uv_timer_ts against the time
  * at the phase's start and keeps that time nowhere; a uv_timer_t callback
  * that calls uv_update_time() before the wheel's pass of that phase moves
@@ -932,9 +939,7 @@ static void test_twin_due_by_clock_after_pass(void) {
   tw_start_busy(&f, 1, 30);                         /* then BUSY, after the pass */
   tw_start_twins(&f, 20);
   fx_run(&f, UV_RUN_DEFAULT);
-  tap_ok(tw.w_iter != 0 && tw.u_iter != 0, "%s: both twins ran", T);
-  EXPECT_U64(tw.w_iter, tw.u_iter, "%s: W2 runs in U2's iteration (libuv %s)", T,
-             uv_version_string());
+  tw_expect_same_iteration(T);
   fx_close_handle(&tw.busy);
   fx_close_handle(&tw.u2);
   fx_close(&f);
@@ -956,9 +961,7 @@ static void twin_run_start_run(const char *T, uv_run_mode first, uint64_t timeou
   tap_ok(!uvtw_timer_is_active(&tw.w1), "%s: the first run ran the wheel's pass", T);
   tw_start_twins(&f, timeout);
   fx_run(&f, UV_RUN_DEFAULT);
-  tap_ok(tw.w_iter != 0 && tw.u_iter != 0, "%s: both twins ran", T);
-  EXPECT_U64(tw.w_iter, tw.u_iter, "%s: W2 runs in U2's iteration (libuv %s)", T,
-             uv_version_string());
+  tw_expect_same_iteration(T);
   fx_close_handle(&tw.u2);
   fx_close(&f);
 }
@@ -990,9 +993,7 @@ static void test_twin_run_start_run_held(void) {
   tw_start_twins(&f, 3);
   fx_sleep_ms(5); /* both due when the next uv_run begins */
   fx_run(&f, UV_RUN_DEFAULT);
-  tap_ok(tw.w_iter != 0 && tw.u_iter != 0, "%s: both twins ran", T);
-  EXPECT_U64(tw.w_iter, tw.u_iter, "%s: W2 runs in U2's iteration (libuv %s)", T,
-             uv_version_string());
+  tw_expect_same_iteration(T);
   fx_close_handle(&tw.u2);
   fx_close(&f);
 }

@@ -3,8 +3,9 @@
  * Time is a 64-bit count of ticks. The wheel keeps its own time `now`; every
  * pending deadline is >= now. Level 0 is the lowest 12 bits of the time,
  * each upper level one more 6-bit digit. An entry with deadline d is filed
- * on the level of the highest digit in which d and now differ, in the slot
- * named by d's digit on that level:
+ * in the slot named by d's digit on its level: level 0 if d is in now's
+ * 4,096-tick block, level 1 if it is in one of the 63 blocks after it,
+ * else the level of the highest digit in which d and now differ:
  *
  *   level  slots  slot width   a level spans   (1 tick = 1 ms by default)
  *   0      4096   1            4,096           ~4 s, exact deadlines
@@ -17,15 +18,20 @@
  * ever being moved (the bench's expire and cancel workloads); it costs
  * about 128 KiB a wheel.
  *
- * Within its current rotation a level never wraps: d and now share every
- * digit above the entry's level, so only slots at or after now's own digit
- * can be occupied. Hence every entry on a lower level is due before every
- * entry on a higher one (but the current slot's, below), and within a level
- * slots are in time order. The slots are one array in that order (level
- * 0's, then each upper level's), with one bitmap over it: the earliest
- * pending entry is in the first occupied slot, or the current slot, found
- * by looking for the first non-zero bitmap word and counting its trailing
- * zeros.
+ * Level 1 is a ring: its slot for now's block holds that block's entries
+ * (the current slot, below), and the one for each of the 63 blocks after
+ * it that block's, so a timeout of up to about 4.3 minutes is never filed
+ * above it, whichever boundary of the time's digits it crosses. Levels 2
+ * and up never wrap within their rotation: d and now share every digit
+ * above the entry's level, so only slots after now's own digit can be
+ * occupied, and they are in time order, each level after the one below.
+ * An entry on level 2 and up stays there until the wheel's time reaches
+ * its slot, even once it is due within 63 blocks, so its slot may start
+ * before a level-1 slot holding later entries. The slots are one array
+ * (level 0's, then each upper level's) with one bitmap over it, level 1's
+ * being one word: the slot to expire next is level 0's first occupied
+ * one, else the earlier start of the ring's first occupied slot from now's
+ * digit on and the first occupied slot above (first_occupied).
  *
  * Every slot is a list in firing order, (deadline, start order `seq`),
  * unless it is marked unsorted. Entries are appended at a slot's tail: an
@@ -46,7 +52,10 @@
  *     merged into the expired list.
  *   - Any other upper slot (unsorted, or level 2 and up) is cascaded: its
  *     entries are filed again against the new time, each on a lower level,
- *     in the slot's order, so a slot sorted stays sorted.
+ *     in start order. Entries from level 2 and up go in at the head of
+ *     their new slots, whose other entries were filed later; entries from
+ *     level 1 at the tail of level-0 slots, whose entries are older. A
+ *     slot sorted stays sorted.
  * Entries never expire before their deadline and a cascade keeps the exact
  * deadline.
  *
@@ -57,6 +66,7 @@
  */
 #include "wheel.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "check.h"
@@ -79,16 +89,45 @@ void uvtw__wheel_init(wheel_t *w, uint64_t now) {
     list_init(&w->slots[index]);
 }
 
-/* The first occupied slot, which holds the earliest entries (slots are in
- * time order) unless the current slot's are earlier; false if none. */
+/* Level 1's 64 slots are one word of the bitmaps. */
+#define LEVEL1_WORD (wheel_first_slot(1) / 64)
+_Static_assert(WHEEL_DIGIT_BITS == 6, "level 1 is one bitmap word");
+
+/* The first occupied slot among bitmap words [from, to), or UINT_MAX. */
+static unsigned first_in_words(const wheel_t *w, unsigned from, unsigned to) {
+  for (unsigned word = from; word < to; word++)
+    if (w->occupied[word] != 0)
+      return word * 64 + (unsigned)uvtw__lowest_bit(w->occupied[word]);
+  return UINT_MAX;
+}
+
+/* The first occupied slot of level 1 from the wheel's time on, around its
+ * ring (the current slot first), and the first of the levels above, whose
+ * slots are in time order; UINT_MAX where there is none. */
+static void first_upper(const wheel_t *w, unsigned *ring, unsigned *above) {
+  uint64_t bits = w->occupied[LEVEL1_WORD];
+  unsigned digit = (unsigned)(w->now >> WHEEL_LEVEL0_BITS) % 64;
+  uint64_t turned = digit == 0 ? bits : bits >> digit | bits << (64 - digit);
+  *ring = bits == 0 ? UINT_MAX
+                    : wheel_first_slot(1) + (digit + (unsigned)uvtw__lowest_bit(turned)) % 64;
+  *above = first_in_words(w, LEVEL1_WORD + 1, WHEEL_SLOT_COUNT / 64);
+}
+
+/* The slot to expire first; false if none is occupied. Level 0 holds the
+ * wheel's own block, before every other slot but the current one, which
+ * waits for it. Then the earlier start of level 1's first and the first
+ * above, the one above on a tie: it cascades into the slots of its ticks
+ * before they are reached. */
 static bool first_occupied(const wheel_t *w, unsigned *index) {
-  for (unsigned word = 0; word < WHEEL_SLOT_COUNT / 64; word++) {
-    if (w->occupied[word] != 0) {
-      *index = word * 64 + (unsigned)uvtw__lowest_bit(w->occupied[word]);
-      return true;
-    }
-  }
-  return false;
+  unsigned ring, above;
+  *index = first_in_words(w, 0, LEVEL1_WORD);
+  if (*index != UINT_MAX)
+    return true;
+  first_upper(w, &ring, &above);
+  bool take_above = ring == UINT_MAX || (above != UINT_MAX && wheel_slot_start(w->now, above) <=
+                                                                  wheel_slot_start(w->now, ring));
+  *index = take_above ? above : ring;
+  return *index != UINT_MAX;
 }
 
 static bool is_unsorted(const wheel_t *w, unsigned index) {
@@ -133,15 +172,21 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
     w->unsorted[index / 64] &= ~((uint64_t)1 << index % 64);
     if (level == 0) { /* all due at `start`, in start order */
       list_splice(&w->expired, head);
-    } else if (sorted && all_due) {
+    } else if (level == 1 && sorted) { /* all due */
       merge_expired(w, head);
-    } else { /* refiled against the slot's start, no entry comes back here */
-      head->prev->next = NULL;
-      wheel_node_t *node = head->next;
+    } else {
+      /* Refiled against the slot's start, in start order, no entry coming
+       * back here. An entry of level 2 and up was filed before every entry
+       * of the level-1 slot it joins, so it goes in at the head, walked
+       * from the tail; one of level 1 joins level-0 slots of only older
+       * entries, at the tail. */
+      bool front = level >= 2;
+      head->prev->next = head->next->prev = NULL;
+      wheel_node_t *node = front ? head->prev : head->next;
       list_init(head);
-      for (wheel_node_t *next; node != NULL; node = next) {
-        next = node->next;
-        w->cascaded += wheel_file(w, node) < level;
+      for (wheel_node_t *after; node != NULL; node = after) {
+        after = front ? node->prev : node->next;
+        w->cascaded += wheel_file(w, node, front) < level;
       }
     }
   }
@@ -171,12 +216,19 @@ static uint64_t slot_earliest(const wheel_t *w, unsigned index, bool exact) {
 /* Entries are in the slot their deadline names, so the earliest is in the
  * expired list, the first occupied slot or the current slot. */
 static uint64_t next_deadline(const wheel_t *w, bool exact) {
-  unsigned index;
+  unsigned index = first_in_words(w, 0, LEVEL1_WORD), ring, above;
   uint64_t earliest = UINT64_MAX;
-  if (!list_empty(&w->expired))
+  if (!list_empty(&w->expired)) {
     earliest = w->expired.next->deadline;
-  else if (first_occupied(w, &index))
+  } else if (index != UINT_MAX) {
     earliest = slot_earliest(w, index, exact);
+  } else { /* level 1's first or the first above: either may be earlier */
+    first_upper(w, &ring, &above);
+    if (ring != UINT_MAX)
+      earliest = slot_earliest(w, ring, exact);
+    if (above != UINT_MAX && slot_earliest(w, above, exact) < earliest)
+      earliest = slot_earliest(w, above, exact);
+  }
   const wheel_node_t *current = wheel_current(w);
   if (current != NULL && current->next->deadline < earliest)
     earliest = current->next->deadline;
@@ -223,7 +275,10 @@ static const char *check_slot(const wheel_t *w, unsigned index, uint64_t *count)
   bool current = head == wheel_current(w), unsorted = is_unsorted(w, index);
   INVARIANT(!current || !unsorted, "the current slot is marked unsorted");
   for (const wheel_node_t *node = head->next; node != head; node = node->next) {
-    unsigned level = wheel_level_of(node->deadline, w->now);
+    /* Levels 2 and up keep an entry until the wheel's time reaches its
+     * slot, by which its digit names its level. */
+    unsigned level = wheel_level_of_slot(index) >= 2 ? wheel_digit_level(node->deadline, w->now)
+                                                     : wheel_level_of(node->deadline, w->now);
     INVARIANT(current || node->deadline >= w->now, "a filed deadline is before the wheel's time");
     INVARIANT(current ? level == 0 : wheel_slot_of(node->deadline, level) == index,
               "an entry is not in the slot its deadline names");

@@ -62,10 +62,20 @@ static inline unsigned wheel_level_of_slot(unsigned index) {
              : 1 + ((index - (1u << WHEEL_LEVEL0_BITS)) >> WHEEL_DIGIT_BITS);
 }
 
-/* The level on which an entry due at `deadline` is filed at time `now`. */
-static inline unsigned wheel_level_of(uint64_t deadline, uint64_t now) {
+/* The level of the highest digit in which `deadline` and `now` differ. */
+static inline unsigned wheel_digit_level(uint64_t deadline, uint64_t now) {
   uint64_t differ = (deadline ^ now) >> WHEEL_LEVEL0_BITS;
   return differ == 0 ? 0 : 1 + (unsigned)uvtw__highest_bit(differ) / WHEEL_DIGIT_BITS;
+}
+
+/* The level on which an entry due at `deadline` (>= now) is filed at time
+ * `now`: 0 in now's 4,096-tick block, 1 in the 63 blocks after it (level
+ * 1 is a ring), else the level of the highest digit that differs. */
+static inline unsigned wheel_level_of(uint64_t deadline, uint64_t now) {
+  uint64_t blocks = (deadline >> WHEEL_LEVEL0_BITS) - (now >> WHEEL_LEVEL0_BITS);
+  if (blocks < (1u << WHEEL_DIGIT_BITS))
+    return blocks != 0;
+  return wheel_digit_level(deadline, now);
 }
 
 /* The slot (index in slots[]) an entry due at `deadline` takes on `level`. */
@@ -79,6 +89,11 @@ static inline unsigned wheel_slot_of(uint64_t deadline, unsigned level) {
  * `now`. */
 static inline uint64_t wheel_slot_start(uint64_t now, unsigned index) {
   unsigned level = wheel_level_of_slot(index);
+  if (level == 1) { /* the ring: the block of the slot's digit at or after now's */
+    uint64_t block = now >> WHEEL_LEVEL0_BITS;
+    uint64_t ahead = (index - wheel_first_slot(1) - block) & ((1u << WHEEL_DIGIT_BITS) - 1);
+    return (block + ahead) << WHEEL_LEVEL0_BITS;
+  }
   unsigned above = wheel_shift(level + 1);
   uint64_t high = above >= 64 ? 0 : now >> above << above;
   return high | (uint64_t)(index - wheel_first_slot(level)) << wheel_shift(level);
@@ -108,10 +123,10 @@ static inline bool wheel_before(const wheel_node_t *a, const wheel_node_t *b) {
   return a->deadline != b->deadline ? a->deadline < b->deadline : a->seq < b->seq;
 }
 
-/* Files a node whose deadline is >= the wheel's time at its slot's tail;
- * returns its level. A slot that gets an entry due before its tail, or
- * with it and started before it, is marked unsorted. */
-static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node) {
+/* Files a node whose deadline is >= the wheel's time at its slot's tail,
+ * or at its head if `front`; returns its level. A slot that gets an entry
+ * out of firing order with its neighbour there is marked unsorted. */
+static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node, bool front) {
   unsigned level = wheel_level_of(node->deadline, w->now);
   unsigned index = wheel_slot_of(node->deadline, level);
   wheel_node_t *head = &w->slots[index];
@@ -123,10 +138,10 @@ static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node) {
   } else {
     if (node->deadline < head->deadline)
       head->deadline = node->deadline;
-    if (wheel_before(node, head->prev)) /* see wheel.c */
+    if (front ? wheel_before(head->next, node) : wheel_before(node, head->prev)) /* wheel.c */
       w->unsorted[index / 64] |= bit;
   }
-  list_append(head, node);
+  list_append(front ? head->next : head, node);
   return level;
 }
 
@@ -140,7 +155,7 @@ static inline bool wheel_node_linked(const wheel_node_t *node) {
 static inline void wheel_start(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
   node->deadline = deadline < w->now ? w->now : deadline;
   node->seq = w->next_seq++;
-  wheel_file(w, node);
+  wheel_file(w, node, false);
 }
 
 /* Files `node` (not linked) to fire at `deadline` (see wheel_start). */

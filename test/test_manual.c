@@ -295,12 +295,13 @@ static void test_manual_repeat(void) {
 /* uvtw_stats_t.cascaded counts entries moved from a coarser level to a
  * finer one, each move of each entry once. The layout (src/wheel.h,
  * wheel.c): level 0 is the lowest 12 bits of the time (4096 one-ms slots),
- * each level above one more 6-bit digit. An entry is filed on the level of
- * the highest digit in which its deadline and the wheel's time differ; when
- * the wheel's time reaches the start of its slot, it is filed again against
- * that time, on the level of the highest digit that still differs: one
- * move, which may skip levels. A level-1 slot filed in deadline order is
- * not moved: its entries fire from it. A restart unlinks an entry and files
+ * each level above one more 6-bit digit. An entry due in the wheel's own
+ * 4,096-tick block is filed on level 0, one due in the 63 blocks after it
+ * on level 1, any other on the level of the highest digit in which its
+ * deadline and the wheel's time differ; when the wheel's time reaches the
+ * start of its slot, it is filed again against that time: one move, which
+ * may skip levels. A level-1 slot filed in deadline order is not moved: its
+ * entries fire from it, or expire whole when all are due. A restart unlinks an entry and files
  * it again, which is no cascade. The case first moves the clock to T0, a
  * multiple of 2^30, so that a deadline T0 + x (x < 2^30) differs from T0
  * in x's digits alone:
@@ -318,14 +319,15 @@ static void test_manual_repeat(void) {
  *                                                     from there
  *   p      5000, restarted at 100 to   level 2        to 1 at 2^18, fires
  *          300100                                     from there
- *   h      2^24 + 2 * 2^18 + 4096 + 1  level 3        none: the clock jumps
- *                                                     past it, and a sorted
- *                                                     slot all due expires
- *                                                     whole
+ *   h      2^24 + 2 * 2^18 + 4096 + 1  level 3        to 2 at 2^24, to 1 at
+ *                                                     2^24 + 2 * 2^18, then
+ *                                                     expires whole: the
+ *                                                     clock jumps past it
  *
- * 9 moves in all; counting per slot instead of per entry gives 1 at 4096,
- * not 5. A slot filed in deadline order that is all due when the wheel's
- * time reaches it joins the expired list without a move. */
+ * 11 moves in all; counting per slot instead of per entry gives 1 at 4096,
+ * not 5. A level-1 slot filed in deadline order that is all due when the
+ * wheel's time reaches it joins the expired list without a move; a slot of
+ * level 2 and up always cascades. */
 enum { CASCADE_ALIGN = 30 };
 
 /* The first deadline of levels 1, 2 and 3. */
@@ -399,8 +401,9 @@ static void test_manual_cascades(void) {
   uvtw_wheel_advance(f.wheel, CS_L3 + 2 * CS_L2 + CS_L1 + 1 - 300100);
   EXPECT_U64(uvtw_wheel_now(f.wheel) - t0, CS_L3 + 2 * CS_L2 + CS_L1 + 1, "%s: (at T0 + 17305601)",
              T);
-  EXPECT_U64(fx_stats(f.wheel).cascaded, 9,
-             "%s: a level-3 entry reached in one jump fired unmoved: 9 moves in all", T);
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 11,
+             "%s: a level-3 entry reached in one jump moved to level 2, then 1: 11 moves in all",
+             T);
   uvtw_stats_t s = fx_stats(f.wheel);
   EXPECT_U64(s.fired, 11, "%s: every timer but the stopped one fired", T);
   EXPECT_U64(s.active, 0, "%s: nothing is left pending", T);

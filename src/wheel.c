@@ -178,7 +178,9 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
       /* Refiled against the slot's start, in start order, no entry coming
        * back here. An entry of level 2 and up was filed before every entry
        * of the level-1 slot it joins, so it goes in at the head, walked
-       * from the tail; one of level 1 joins level-0 slots of only older
+       * from the tail; one due in the wheel's block joins that block's
+       * level-1 slot too, which is expired next, as the current slot or by
+       * a cascade. One of level 1 joins level-0 slots of only older
        * entries, at the tail. */
       bool front = level >= 2;
       head->prev->next = head->next->prev = NULL;

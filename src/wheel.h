@@ -124,10 +124,14 @@ static inline bool wheel_before(const wheel_node_t *a, const wheel_node_t *b) {
 }
 
 /* Files a node whose deadline is >= the wheel's time at its slot's tail,
- * or at its head if `front`; returns its level. A slot that gets an entry
- * out of firing order with its neighbour there is marked unsorted. */
+ * or, if `front` (a cascade from level 2 and up), at its head, and an entry
+ * due in the wheel's block then in that block's level-1 slot, with the
+ * block's entries filed before the cascade (wheel.c); returns its level. A
+ * slot that gets an entry out of firing order with its neighbour there is
+ * marked unsorted. */
 static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node, bool front) {
   unsigned level = wheel_level_of(node->deadline, w->now);
+  level = front && level == 0 ? 1 : level;
   unsigned index = wheel_slot_of(node->deadline, level);
   wheel_node_t *head = &w->slots[index];
   uint64_t bit = (uint64_t)1 << index % 64;

@@ -256,6 +256,34 @@ static void test_fifo_across_levels(void) {
   EXPECT_U64(w.count, 0, "fifo: nothing is left");
 }
 
+/* Level 1 is a ring over the 63 blocks after the wheel's, so the slot of
+ * the block at 2^18 takes entries started within 63 blocks of it while an
+ * entry started earlier waits on level 2 for the same block. When the
+ * wheel's time reaches 2^18, the level-2 slot cascades first, its entry due
+ * in that block joining the block's level-1 slot at its head (it started
+ * first), and the level-1 slot, out of order, cascades behind it: every
+ * entry fires in deadline order, none from a level-1 slot out of order. */
+static void test_upper_into_ring(void) {
+  static wheel_t w;
+  entry_t e[3];
+  enum { S = 1 << 18 };
+  uvtw__wheel_init(&w, 0);
+  uvtw__wheel_insert(&w, &e[0].node, S + 30); /* 64 blocks ahead: level 2 */
+  uvtw__wheel_expire(&w, S - 10 * 4096);
+  uvtw__wheel_insert(&w, &e[1].node, S + 5); /* 10 blocks ahead: level 1 */
+  uvtw__wheel_insert(&w, &e[2].node, S);     /* behind e[1]: the slot is unsorted */
+  tap_ok(uvtw__wheel_check(&w) == NULL && wheel_current(&w) == NULL,
+         "upper into ring: level 2 and level 1 hold the block at 2^18");
+  uvtw__wheel_expire(&w, S + 10);
+  tap_ok(uvtw__wheel_check(&w) == NULL, "upper into ring: the checker accepts the wheel at 2^18");
+  wheel_node_t *first = uvtw__wheel_pop_expired(&w), *second = uvtw__wheel_pop_expired(&w);
+  tap_ok(first == &e[2].node && second == &e[1].node && uvtw__wheel_pop_expired(&w) == NULL,
+         "upper into ring: by 2^18 + 10, the entries due at 2^18 and 2^18 + 5, in that order");
+  uvtw__wheel_expire(&w, S + 30);
+  tap_ok(uvtw__wheel_pop_expired(&w) == &e[0].node && w.count == 0,
+         "upper into ring: the level-2 entry at 2^18 + 30, and nothing is left");
+}
+
 /* A sorted level-1 slot fires from where it is once the wheel's time is in
  * its 4,096 ticks, merged with entries filed on level 0 since: deadline
  * order, then start order. */
@@ -569,6 +597,7 @@ int main(int argc, char **argv) {
   static const tap_case_t cases[] = {
       TAP_CASE(model),
       TAP_CASE(fifo_across_levels),
+      TAP_CASE(upper_into_ring),
       TAP_CASE(current_slot),
       TAP_CASE(current_slot_merged),
       TAP_CASE(unsorted_upper_slot),

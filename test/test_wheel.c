@@ -48,8 +48,12 @@ static uint64_t rng_below(uint64_t n) {
 
 /* The first tick of one of the next two level-1 slots: entries filed there
  * at different times share a deadline on level 1, and some of them fire
- * from the current slot beside entries filed on level 0 later. */
+ * from the current slot beside entries filed on level 0 later. Or a tick
+ * just after one of the next two multiples of 2^18, which entries filed at
+ * different times wait for on level 2 or in level 1's ring. */
 static uint64_t shared_deadline(uint64_t now) {
+  if (rng_below(4) == 0)
+    return (((now >> 18) + 1 + rng_below(2)) << 18) + rng_below(8);
   return ((now >> 12) + 1 + rng_below(2)) << 12;
 }
 

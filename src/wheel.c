@@ -34,9 +34,10 @@
  * digit on and the first occupied slot above (first_occupied).
  *
  * Every slot is a list in firing order, (deadline, start order `seq`),
- * unless it is marked unsorted. Entries are appended at a slot's tail: an
- * entry due before the tail (timeouts of different lengths meeting in one
- * upper slot) marks the slot unsorted. A level-0 slot is always in order:
+ * unless it is marked unsorted. Entries are appended at a slot's tail (a
+ * cascade's from level 2 and up go in at the head, below): an entry due
+ * before the tail (timeouts of different lengths meeting in one upper
+ * slot) marks the slot unsorted. A level-0 slot is always in order:
  * its entries share a deadline and are appended as they start, or cascade
  * into it, in their upper slot's order, before its 4,096 ticks begin.
  *

@@ -291,6 +291,7 @@ static void wheel_b(void) {
   for (int i = 0; i < PAIRS; i++)
     if (t.pairs[i].wheel == 1) {
       uvtw_timer_init(t.wheel[1], &t.pairs[i].w);
+      uv_ref((uv_handle_t *)&t.pairs[i].u); /* as the new wheel timer is */
       t.pairs[i].w.data = &t.pairs[i];
       t.pairs[i].fresh = true;
     }

@@ -845,6 +845,8 @@ static struct {
   uv_timer_t u2, busy;
   unsigned busy_ms;
   uint64_t w_iter, u_iter, w_now, phase_start;
+  bool start_held;     /* BUSY starts HELD with 0 before its work */
+  bool held_before_w2; /* HELD ran, and before W2 */
 } tw;
 
 static void tw_w_cb(uvtw_timer_t *timer) {
@@ -865,8 +867,15 @@ static void tw_start_twins(fx_t *f, uint64_t timeout) {
   uv_timer_start(&tw.u2, tw_u_cb, timeout, 0);
 }
 
+static void tw_held_cb(uvtw_timer_t *timer) {
+  (void)timer;
+  tw.held_before_w2 = tw.w_iter == 0;
+}
+
 static void tw_busy_cb(uv_timer_t *handle) {
   tw.phase_start = uv_now(handle->loop); /* the first due in its phase: the phase's time */
+  if (tw.start_held)
+    uvtw_timer_start(&tw.held, tw_held_cb, 0, 0);
   fx_sleep_ms(tw.busy_ms);
   uv_update_time(handle->loop);
 }
@@ -943,6 +952,52 @@ static void test_twin_due_by_clock_after_pass(void) {
   fx_close_handle(&tw.busy);
   fx_close_handle(&tw.u2);
   fx_close(&f);
+}
+
+/* As twin_due_by_clock_after_pass, but BUSY first starts HELD with 0,
+ * made due after the pass: on libuv < 1.48 the wheel holds it back to the
+ * next iteration (one pass per loop iteration), and W2, due between HELD
+ * and the clock BUSY moves to, waits with it and runs after it, in
+ * deadline order: one iteration after U2 (include/uvtw.h's exception "its
+ * other timers that come due before the next iteration wait with it").
+ * libuv >= 1.48 runs U2 in the next iteration too. `empty_pass`: W1 is
+ * restarted later after the wheel's uv_timer_t was armed for it, so the
+ * pass that runs before BUSY runs nothing. */
+static void twin_held_by_clock(const char *T, bool empty_pass) {
+  fx_t f;
+  if (!fx_open(&f, T, NULL))
+    return;
+  memset(&tw, 0, sizeof tw);
+  uv_update_time(&f.loop);
+  uvtw_timer_init(f.wheel, &tw.w1);
+  uvtw_timer_init(f.wheel, &tw.held);
+  uvtw_timer_start(&tw.w1, fx_noop_timer_cb, 1, 0); /* the wheel's uv_timer_t first */
+  if (empty_pass)
+    uvtw_timer_start(&tw.w1, fx_noop_timer_cb, 500, 0); /* leaves it armed for 1 ms */
+  tw.start_held = true;
+  tw_start_busy(&f, 1, 30); /* then BUSY, after the pass */
+  tw_start_twins(&f, 20);
+  uint64_t w_deadline = uv_now(&f.loop) + 20;
+  fx_run(&f, UV_RUN_DEFAULT);
+  tap_ok(tw.w_iter != 0 && tw.u_iter != 0, "%s: both twins ran", T);
+  tap_ok(tw.held_before_w2, "%s: HELD ran before W2, due later", T);
+  bool collects = uv_version() >= (1u << 16 | 48u << 8);
+  bool exercised = tw.phase_start < w_deadline; /* else W2 ran in the pass */
+  uint64_t lag = !collects && exercised ? 1 : 0;
+  EXPECT_U64(tw.w_iter, tw.u_iter + lag, "%s: W2 runs %llu iteration(s) after U2 (libuv %s%s)", T,
+             (unsigned long long)lag, uv_version_string(),
+             exercised ? "" : "; the loop woke after the twins' deadline");
+  fx_close_handle(&tw.busy);
+  fx_close_handle(&tw.u2);
+  fx_close(&f);
+}
+
+static void test_twin_held_by_clock_after_pass(void) {
+  twin_held_by_clock("twin_held_by_clock_after_pass", false);
+}
+
+static void test_twin_held_by_clock_after_empty_pass(void) {
+  twin_held_by_clock("twin_held_by_clock_after_empty_pass", true);
 }
 
 /* A UV_RUN_ONCE may end before the wheel's uv_timer_t is due by the
@@ -1023,6 +1078,8 @@ static void test_twin_run_start_run_timeout(void) {
 
 static const tap_case_t cases[] = {
     TAP_CASE(twin_due_by_clock_after_pass),
+    TAP_CASE(twin_held_by_clock_after_pass),
+    TAP_CASE(twin_held_by_clock_after_empty_pass),
     TAP_CASE(twin_run_start_run_default),
     TAP_CASE(twin_run_start_run_once),
     TAP_CASE(twin_run_start_run_timeout),

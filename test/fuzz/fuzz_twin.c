@@ -89,11 +89,12 @@ static struct {
   uint64_t iter, run_iter;
   uint64_t wakeups_at_prepare[2]; /* each wheel's stats.wakeups at the last prepare */
   uint64_t updated_iter;          /* +1: iteration in which a timer-phase callback updated */
-  uint64_t held_iter[2];
-  uint64_t wheel_updated_iter[2];
-  /* +1: iteration of each wheel's latest callback that updated */ /* +1: iteration of each
-                                                                      wheel's latest due start
-                                                                      after its pass */
+  /* +1: the iterations of each wheel's latest two due starts from a wheel's
+   * callback or after the wheel's pass (holds), and of its latest two
+   * callbacks that updated: a timer held back in one iteration fires in the
+   * next, after that iteration's own hold or update (see iter_noted()). */
+  uint64_t held_iter[2][2];
+  uint64_t wheel_updated_iter[2][2];
   int in_wheel_cb; /* a wheel's callback is running (-1: none) */
   bool in_timer_phase, stopped, guarded, ever_guarded, collects, ending;
   int made;                                        /* wheels made */
@@ -121,6 +122,17 @@ static void check_wheels(bool arming) {
 #endif
 }
 
+/* Notes the iteration under way (+1) as the latest of two. */
+static void iter_note(uint64_t latest[2]) {
+  if (latest[0] != t.iter + 1)
+    latest[1] = latest[0], latest[0] = t.iter + 1;
+}
+
+/* `iter` (+1) is one of the two noted. */
+static bool iter_noted(const uint64_t latest[2], uint64_t iter) {
+  return latest[0] == iter || latest[1] == iter;
+}
+
 static bool pair_live(const pair_t *p) {
   return t.wheel[p->wheel] != NULL;
 }
@@ -146,12 +158,13 @@ static bool excused(const pair_t *p, unsigned k, const fire_t *w, const fire_t *
     return true;
   /* "while a wheel holds such an entry back (libuv < 1.48), its other
    * timers that come due before the next iteration wait with it" */
-  if (!t.collects && w->iter == u->iter + 1 && t.held_iter[p->wheel] == u->iter + 1)
+  if (!t.collects && w->iter == u->iter + 1 && iter_noted(t.held_iter[p->wheel], u->iter + 1))
     return true;
   /* "a wheel's callback that calls uv_update_time() makes the wheel's
    * timers due by the updated clock run in the next iteration (libuv <
    * 1.48 runs their uv_timer_ts in the same phase)" */
-  if (!t.collects && w->iter == u->iter + 1 && t.wheel_updated_iter[p->wheel] == u->iter + 1)
+  if (!t.collects && w->iter == u->iter + 1 &&
+      iter_noted(t.wheel_updated_iter[p->wheel], u->iter + 1))
     return true;
   return false;
 }
@@ -244,7 +257,7 @@ static void twin_start(pair_t *p, uint64_t timeout, uint64_t repeat) {
   p->due_in_own_cb = due && t.in_wheel_cb == w;
   p->due_after_pass = due && t.in_timer_phase && wakeups != t.wakeups_at_prepare[w];
   if (p->due_in_wheel_cb || p->due_after_pass)
-    t.held_iter[w] = t.iter + 1;
+    iter_note(t.held_iter[w]);
 }
 
 static void twin_stop(pair_t *p) {
@@ -278,6 +291,7 @@ static void wheel_b(void) {
   for (int i = 0; i < PAIRS; i++)
     if (t.pairs[i].wheel == 1) {
       uvtw_timer_init(t.wheel[1], &t.pairs[i].w);
+      uv_ref((uv_handle_t *)&t.pairs[i].u); /* as the new wheel timer is */
       t.pairs[i].w.data = &t.pairs[i];
       t.pairs[i].fresh = true;
     }
@@ -290,7 +304,7 @@ static void busy(uint64_t ms) {
   if (t.in_timer_phase)
     t.updated_iter = t.iter + 1;
   if (t.in_wheel_cb >= 0)
-    t.wheel_updated_iter[t.in_wheel_cb] = t.iter + 1;
+    iter_note(t.wheel_updated_iter[t.in_wheel_cb]);
 }
 
 /* One operation, from its 4 bytes. */

@@ -269,7 +269,7 @@ class MesonCase:
         what = "sets up in a consumer's meson.build (uvtw as its subproject)"
         if self.tree.meson is None:
             return True, what + " # SKIP meson not found", []
-        d = os.path.join(self.work, re.sub(r"[^A-Za-z0-9]+", "_", self.name))
+        d = os.path.join(self.work, re.sub(r"[^A-Za-z0-9]+", "_", self.name) + "_meson")
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(os.path.join(d, "subprojects"))
         os.symlink(os.path.abspath(self.tree.root), os.path.join(d, "subprojects", "uvtw"))

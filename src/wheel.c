@@ -189,7 +189,10 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
       list_init(head);
       for (wheel_node_t *after; node != NULL; node = after) {
         after = front ? node->prev : node->next;
-        w->cascaded += wheel_file(w, node, front) < level;
+        unsigned to = wheel_level_of(node->deadline, w->now);
+        to = front && to == 0 ? 1 : to; /* the wheel's block: its level-1 slot */
+        wheel_file(w, node, to, front);
+        w->cascaded += to < level;
       }
     }
   }
@@ -227,10 +230,9 @@ static uint64_t next_deadline(const wheel_t *w, bool exact) {
     earliest = slot_earliest(w, index, exact);
   } else { /* level 1's first or the first above: either may be earlier */
     first_upper(w, &ring, &above);
-    if (ring != UINT_MAX)
-      earliest = slot_earliest(w, ring, exact);
-    if (above != UINT_MAX && slot_earliest(w, above, exact) < earliest)
-      earliest = slot_earliest(w, above, exact);
+    uint64_t in_ring = ring == UINT_MAX ? UINT64_MAX : slot_earliest(w, ring, exact);
+    uint64_t in_above = above == UINT_MAX ? UINT64_MAX : slot_earliest(w, above, exact);
+    earliest = in_ring < in_above ? in_ring : in_above;
   }
   const wheel_node_t *current = wheel_current(w);
   if (current != NULL && current->next->deadline < earliest)

@@ -123,15 +123,11 @@ static inline bool wheel_before(const wheel_node_t *a, const wheel_node_t *b) {
   return a->deadline != b->deadline ? a->deadline < b->deadline : a->seq < b->seq;
 }
 
-/* Files a node whose deadline is >= the wheel's time at its slot's tail,
- * or, if `front` (a cascade from level 2 and up), at its head, and an entry
- * due in the wheel's block then in that block's level-1 slot, with the
- * block's entries filed before the cascade (wheel.c); returns its level. A
- * slot that gets an entry out of firing order with its neighbour there is
- * marked unsorted. */
-static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node, bool front) {
-  unsigned level = wheel_level_of(node->deadline, w->now);
-  level = front && level == 0 ? 1 : level;
+/* Files a node whose deadline is >= the wheel's time on `level`, at its
+ * slot's tail, or at its head if `front` (a cascade from level 2 and up:
+ * wheel.c). A slot that gets an entry out of firing order with its
+ * neighbour there is marked unsorted. */
+static inline void wheel_file(wheel_t *w, wheel_node_t *node, unsigned level, bool front) {
   unsigned index = wheel_slot_of(node->deadline, level);
   wheel_node_t *head = &w->slots[index];
   uint64_t bit = (uint64_t)1 << index % 64;
@@ -146,7 +142,6 @@ static inline unsigned wheel_file(wheel_t *w, wheel_node_t *node, bool front) {
       w->unsorted[index / 64] |= bit;
   }
   list_append(front ? head->next : head, node);
-  return level;
 }
 
 static inline bool wheel_node_linked(const wheel_node_t *node) {
@@ -159,7 +154,7 @@ static inline bool wheel_node_linked(const wheel_node_t *node) {
 static inline void wheel_start(wheel_t *w, wheel_node_t *node, uint64_t deadline) {
   node->deadline = deadline < w->now ? w->now : deadline;
   node->seq = w->next_seq++;
-  wheel_file(w, node, false);
+  wheel_file(w, node, wheel_level_of(node->deadline, w->now), false);
 }
 
 /* Files `node` (not linked) to fire at `deadline` (see wheel_start). */

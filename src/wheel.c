@@ -90,9 +90,9 @@ void uvtw__wheel_init(wheel_t *w, uint64_t now) {
     list_init(&w->slots[index]);
 }
 
-/* Level 1's 64 slots are one word of the bitmaps. */
+/* Each run of level 1 is one word of the bitmaps. */
 #define LEVEL1_WORD (wheel_first_slot(1) / 64)
-_Static_assert(WHEEL_DIGIT_BITS == 6, "level 1 is one bitmap word");
+_Static_assert(WHEEL_DIGIT_BITS == 6, "a level-1 run is one bitmap word");
 
 /* The first occupied slot among bitmap words [from, to), or UINT_MAX. */
 static unsigned first_in_words(const wheel_t *w, unsigned from, unsigned to) {
@@ -106,12 +106,14 @@ static unsigned first_in_words(const wheel_t *w, unsigned from, unsigned to) {
  * ring (the current slot first), and the first of the levels above, whose
  * slots are in time order; UINT_MAX where there is none. */
 static void first_upper(const wheel_t *w, unsigned *ring, unsigned *above) {
-  uint64_t bits = w->occupied[LEVEL1_WORD];
+  uint64_t bits = 0;
+  for (unsigned run = 0; run < WHEEL_RUNS; run++)
+    bits |= w->occupied[LEVEL1_WORD + run];
   unsigned digit = (unsigned)(w->now >> WHEEL_LEVEL0_BITS) % 64;
   uint64_t turned = digit == 0 ? bits : bits >> digit | bits << (64 - digit);
   *ring = bits == 0 ? UINT_MAX
                     : wheel_first_slot(1) + (digit + (unsigned)uvtw__lowest_bit(turned)) % 64;
-  *above = first_in_words(w, LEVEL1_WORD + 1, WHEEL_SLOT_COUNT / 64);
+  *above = first_in_words(w, LEVEL1_WORD + WHEEL_RUNS, WHEEL_SLOT_COUNT / 64);
 }
 
 /* The slot to expire first; false if none is occupied. Level 0 holds the
@@ -153,47 +155,73 @@ static void merge_expired(wheel_t *w, wheel_node_t *head) {
   }
 }
 
+/* Files the entries of a slot of `level`, taken out of the bitmaps, again
+ * against the wheel's time (the slot's start), in start order, each on a
+ * lower level. An entry of level 2 and up was filed before every entry of
+ * the level-1 slot it joins, so it goes in at the head, walked from the
+ * tail; one due in the wheel's block joins that block's level-1 slot too,
+ * which is expired next. One of level 1 joins level-0 slots of only older
+ * entries, at the tail. */
+static void cascade(wheel_t *w, wheel_node_t *head, unsigned level) {
+  bool front = level >= 2;
+  head->prev->next = head->next->prev = NULL;
+  wheel_node_t *node = front ? head->prev : head->next;
+  list_init(head);
+  for (wheel_node_t *after; node != NULL; node = after) {
+    after = front ? node->prev : node->next;
+    unsigned to = wheel_level_of(node->deadline, w->now);
+    to = front && to == 0 ? 1 : to; /* the wheel's block: its level-1 slot */
+    wheel_file(w, node, to, front);
+    w->cascaded += to < level;
+  }
+}
+
+/* Clears the bits of slot `index`, whose entries are being moved out. */
+static void take(wheel_t *w, unsigned index) {
+  w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
+  w->unsorted[index / 64] &= ~((uint64_t)1 << index % 64);
+}
+
+/* Level 1's slot `index` (its first run's), reached: its unsorted run is
+ * cascaded; else every run wholly due by `now` is merged into the expired
+ * list, and the others fire from where they are (the current slot). False
+ * if nothing moved. */
+static bool expire_ring_slot(wheel_t *w, unsigned index, uint64_t now) {
+  unsigned last = index + 64 * (WHEEL_RUNS - 1);
+  if (wheel_occupied(w, last) && is_unsorted(w, last)) {
+    take(w, last);
+    cascade(w, &w->slots[last], 1);
+    return true;
+  }
+  bool moved = false;
+  for (unsigned run = 0; run < WHEEL_RUNS; run++, index += 64)
+    if (wheel_occupied(w, index) && w->slots[index].prev->deadline <= now) {
+      take(w, index);
+      merge_expired(w, &w->slots[index]);
+      moved = true;
+    }
+  return moved;
+}
+
 void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
   unsigned index;
   while (first_occupied(w, &index)) {
     uint64_t start = wheel_slot_start(w->now, index);
     if (start > now)
       break;
-    wheel_node_t *head = &w->slots[index];
     unsigned level = wheel_level_of_slot(index);
-    bool sorted = !is_unsorted(w, index), all_due = head->prev->deadline <= now;
     w->now = start > w->now ? start : w->now;
-    if (level == 1 && sorted && !all_due) {
-      /* A sorted slot of level 1 is the current slot: its due entries fire
-       * from where they are (uvtw__wheel_pop_expired). Level 0 is empty,
-       * and no other slot starts before its last deadline. */
-      break;
-    }
-    w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
-    w->unsorted[index / 64] &= ~((uint64_t)1 << index % 64);
-    if (level == 0) { /* all due at `start`, in start order */
-      list_splice(&w->expired, head);
-    } else if (level == 1 && sorted) { /* all due */
-      merge_expired(w, head);
+    if (level == 1) {
+      /* The runs that stay fire from where they are: level 0 is empty, and
+       * no other slot starts before their last deadlines. */
+      if (!expire_ring_slot(w, index, now))
+        break;
     } else {
-      /* Refiled against the slot's start, in start order, no entry coming
-       * back here. An entry of level 2 and up was filed before every entry
-       * of the level-1 slot it joins, so it goes in at the head, walked
-       * from the tail; one due in the wheel's block joins that block's
-       * level-1 slot too, which is expired next, as the current slot or by
-       * a cascade. One of level 1 joins level-0 slots of only older
-       * entries, at the tail. */
-      bool front = level >= 2;
-      head->prev->next = head->next->prev = NULL;
-      wheel_node_t *node = front ? head->prev : head->next;
-      list_init(head);
-      for (wheel_node_t *after; node != NULL; node = after) {
-        after = front ? node->prev : node->next;
-        unsigned to = wheel_level_of(node->deadline, w->now);
-        to = front && to == 0 ? 1 : to; /* the wheel's block: its level-1 slot */
-        wheel_file(w, node, to, front);
-        w->cascaded += to < level;
-      }
+      take(w, index);
+      if (level == 0) /* all due at `start`, in start order */
+        list_splice(&w->expired, &w->slots[index]);
+      else
+        cascade(w, &w->slots[index], level);
     }
   }
   /* No occupied slot but the current one starts at or before `now`, so
@@ -206,16 +234,23 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
 
 /* The earliest deadline in occupied slot `index`: its first entry's if it
  * is sorted (a level-0 slot always is), else the slot's minimum (a lower
- * bound) or, if `exact`, the least of a walk. */
+ * bound) or, if `exact`, the least of a walk. Of a level-1 slot (its first
+ * run's index), the least of its runs'. */
 static uint64_t slot_earliest(const wheel_t *w, unsigned index, bool exact) {
-  const wheel_node_t *head = &w->slots[index];
-  if (!is_unsorted(w, index))
-    return head->next->deadline;
-  if (!exact)
-    return head->deadline;
+  unsigned runs = wheel_level_of_slot(index) == 1 ? WHEEL_RUNS : 1;
   uint64_t earliest = UINT64_MAX;
-  for (const wheel_node_t *node = head->next; node != head; node = node->next)
-    earliest = node->deadline < earliest ? node->deadline : earliest;
+  for (unsigned run = 0; run < runs; run++, index += 64) {
+    const wheel_node_t *head = &w->slots[index];
+    if (!wheel_occupied(w, index))
+      continue;
+    uint64_t least = head->next->deadline;
+    if (is_unsorted(w, index)) {
+      least = exact ? UINT64_MAX : head->deadline;
+      for (const wheel_node_t *node = head->next; exact && node != head; node = node->next)
+        least = node->deadline < least ? node->deadline : least;
+    }
+    earliest = least < earliest ? least : earliest;
+  }
   return earliest;
 }
 
@@ -234,10 +269,8 @@ static uint64_t next_deadline(const wheel_t *w, bool exact) {
     uint64_t in_above = above == UINT_MAX ? UINT64_MAX : slot_earliest(w, above, exact);
     earliest = in_ring < in_above ? in_ring : in_above;
   }
-  const wheel_node_t *current = wheel_current(w);
-  if (current != NULL && current->next->deadline < earliest)
-    earliest = current->next->deadline;
-  return earliest;
+  uint64_t current = slot_earliest(w, wheel_slot_of(w->now, 1), exact);
+  return current < earliest ? current : earliest;
 }
 
 uint64_t uvtw__wheel_next_deadline(const wheel_t *w) {
@@ -275,22 +308,31 @@ static const char *check_slot(const wheel_t *w, unsigned index, uint64_t *count)
   const char *error = check_links(head, count);
   if (error != NULL)
     return error;
-  bool bit = w->occupied[index / 64] & ((uint64_t)1 << index % 64);
-  INVARIANT((head->next != head) == bit, "an occupancy bit disagrees with its slot");
-  bool current = head == wheel_current(w), unsorted = is_unsorted(w, index);
+  INVARIANT((head->next != head) == wheel_occupied(w, index),
+            "an occupancy bit disagrees with its slot");
+  unsigned slot_level = wheel_level_of_slot(index), run = 0, named = index;
+  if (slot_level == 1) { /* the digit's slot is its first run's index */
+    run = (index - wheel_first_slot(1)) / 64;
+    named = index - 64 * run;
+  }
+  bool current = slot_level == 1 && named == wheel_slot_of(w->now, 1);
+  bool unsorted = is_unsorted(w, index);
   INVARIANT(!current || !unsorted, "the current slot is marked unsorted");
+  INVARIANT(!unsorted || slot_level != 1 || run == WHEEL_RUNS - 1,
+            "a level-1 run other than the last is marked unsorted");
   for (const wheel_node_t *node = head->next; node != head; node = node->next) {
     /* Levels 2 and up keep an entry until the wheel's time reaches its
      * slot, by which its digit names its level. */
-    unsigned level = wheel_level_of_slot(index) >= 2 ? wheel_digit_level(node->deadline, w->now)
-                                                     : wheel_level_of(node->deadline, w->now);
+    unsigned level = slot_level >= 2 ? wheel_digit_level(node->deadline, w->now)
+                                     : wheel_level_of(node->deadline, w->now);
     INVARIANT(current || node->deadline >= w->now, "a filed deadline is before the wheel's time");
-    INVARIANT(current ? level == 0 : wheel_slot_of(node->deadline, level) == index,
+    INVARIANT(current ? level == 0 : wheel_slot_of(node->deadline, level) == named,
               "an entry is not in the slot its deadline names");
-    INVARIANT((unsorted && wheel_level_of_slot(index) != 0) || node->prev == head ||
+    INVARIANT((unsorted && slot_level != 0) || node->prev == head ||
                   !wheel_before(node, node->prev),
               "a level-0 slot, or one not marked unsorted, is out of firing order");
     INVARIANT(node->deadline >= head->deadline, "a slot's minimum is above one of its deadlines");
+    INVARIANT(node->deadline <= head->seq, "a slot's maximum is below one of its deadlines");
   }
   INVARIANT(head->next == head || head->deadline >= wheel_slot_start(w->now, index),
             "a slot's minimum lies before the slot");

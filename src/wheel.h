@@ -14,7 +14,11 @@
 #define WHEEL_LEVEL0_BITS 12 /* level 0: 4096 one-tick slots */
 #define WHEEL_DIGIT_BITS 6   /* each upper level: one more 6-bit digit */
 #define WHEEL_LEVELS 10      /* 12 + 9 x 6 bits cover 64-bit times */
-#define WHEEL_SLOT_COUNT ((1u << WHEEL_LEVEL0_BITS) + (WHEEL_LEVELS - 1) * (1u << WHEEL_DIGIT_BITS))
+#define WHEEL_RUNS 4         /* lists in each level-1 slot (see wheel.c) */
+/* Level 0's slots, level 1's runs (each run one row of 64), then the 64
+ * slots of each level above. */
+#define WHEEL_SLOT_COUNT                                                                           \
+  ((1u << WHEEL_LEVEL0_BITS) + (WHEEL_RUNS + WHEEL_LEVELS - 2) * (1u << WHEEL_DIGIT_BITS))
 
 /* An entry: intrusive, embedded by the caller. `next` is NULL while the
  * entry is in no list. */
@@ -40,26 +44,34 @@ typedef struct wheel_s {
   /* A second walk along the expired list, from its tail towards the front
    * (see pop_expired): an entry of the list, or `expired` when none runs. */
   wheel_node_t *ahead;
-  /* Every slot in time order: level 0's, then each upper level's. Circular
-   * lists with the head as sentinel; a head's `deadline` is a lower bound
-   * of its entries' deadlines (exact until one is removed). */
+  /* Every slot in time order: level 0's, then each upper level's, level
+   * 1's as WHEEL_RUNS rows, one per run. Circular lists with the head as
+   * sentinel; a head's `deadline` is a lower bound of its entries'
+   * deadlines, its `seq` an upper bound (exact until one is removed). */
   wheel_node_t slots[WHEEL_SLOT_COUNT];
 } wheel_t;
 
 /* A level's digit starts at bit wheel_shift(level) and ends below
- * wheel_shift(level + 1); its slots start at wheel_first_slot(level). */
+ * wheel_shift(level + 1); its slots start at wheel_first_slot(level), level
+ * 1's run r of a digit's slot WHEEL_RUNS rows of 64 on (r * 64 further). */
 static inline unsigned wheel_shift(unsigned level) {
   return level == 0 ? 0 : WHEEL_LEVEL0_BITS + WHEEL_DIGIT_BITS * (level - 1);
 }
 
 static inline unsigned wheel_first_slot(unsigned level) {
-  return level == 0 ? 0 : (1u << WHEEL_LEVEL0_BITS) + (level - 1) * (1u << WHEEL_DIGIT_BITS);
+  unsigned rows = level <= 1 ? 0 : WHEEL_RUNS + level - 2;
+  return level == 0 ? 0 : (1u << WHEEL_LEVEL0_BITS) + (rows << WHEEL_DIGIT_BITS);
 }
 
 static inline unsigned wheel_level_of_slot(unsigned index) {
-  return index < (1u << WHEEL_LEVEL0_BITS)
-             ? 0
-             : 1 + ((index - (1u << WHEEL_LEVEL0_BITS)) >> WHEEL_DIGIT_BITS);
+  if (index < (1u << WHEEL_LEVEL0_BITS))
+    return 0;
+  unsigned row = (index - (1u << WHEEL_LEVEL0_BITS)) >> WHEEL_DIGIT_BITS;
+  return row < WHEEL_RUNS ? 1 : row - WHEEL_RUNS + 2;
+}
+
+static inline bool wheel_occupied(const wheel_t *w, unsigned index) {
+  return w->occupied[index / 64] & (uint64_t)1 << index % 64;
 }
 
 /* The level of the highest digit in which `deadline` and `now` differ. */
@@ -123,22 +135,43 @@ static inline bool wheel_before(const wheel_node_t *a, const wheel_node_t *b) {
   return a->deadline != b->deadline ? a->deadline < b->deadline : a->seq < b->seq;
 }
 
+/* Level 1: the first run of slot `index` (its first run's) that `node`
+ * extends in firing order: an empty one, or, at the tail, one due no later
+ * than the node (an entry appended to level 1 is the newest: wheel_start),
+ * or, at the head, one whose first is due after it. Else the last run, out
+ * of order: false. Only heads are read, no entry's line. */
+static inline bool wheel_pick_run(const wheel_t *w, const wheel_node_t *node, unsigned *index,
+                                  bool front) {
+  for (unsigned run = 0; run < WHEEL_RUNS; run++, *index += 64) {
+    const wheel_node_t *head = &w->slots[*index];
+    if (list_empty(head) || (front ? wheel_before(node, head->next) : node->deadline >= head->seq))
+      return true;
+  }
+  *index -= 64;
+  return false;
+}
+
 /* Files a node whose deadline is >= the wheel's time on `level`, at its
  * slot's tail, or at its head if `front` (a cascade from level 2 and up:
- * wheel.c). A slot that gets an entry out of firing order with its
- * neighbour there is marked unsorted. */
+ * wheel.c); on level 1 in the run wheel_pick_run picks. A slot that gets an
+ * entry out of firing order with its neighbour there is marked unsorted. */
 static inline void wheel_file(wheel_t *w, wheel_node_t *node, unsigned level, bool front) {
   unsigned index = wheel_slot_of(node->deadline, level);
+  bool in_order = level != 1 || wheel_pick_run(w, node, &index, front);
   wheel_node_t *head = &w->slots[index];
   uint64_t bit = (uint64_t)1 << index % 64;
   if (list_empty(head)) { /* its bit in `occupied` is clear */
     w->occupied[index / 64] |= bit;
     w->unsorted[index / 64] &= ~bit;
-    head->deadline = node->deadline;
+    head->deadline = head->seq = node->deadline;
   } else {
     if (node->deadline < head->deadline)
       head->deadline = node->deadline;
-    if (front ? wheel_before(head->next, node) : wheel_before(node, head->prev)) /* wheel.c */
+    if (node->deadline > head->seq)
+      head->seq = node->deadline;
+    if (level != 1) /* wheel.c */
+      in_order = front ? !wheel_before(head->next, node) : !wheel_before(node, head->prev);
+    if (!in_order)
       w->unsorted[index / 64] |= bit;
   }
   list_append(front ? head->next : head, node);
@@ -205,23 +238,28 @@ static inline void uvtw__wheel_refile(wheel_t *w, wheel_node_t *node, uint64_t d
  * among equals, or due at the head of the current slot (wheel.c). */
 void uvtw__wheel_expire(wheel_t *w, uint64_t now);
 
-/* The slot of level 1 whose 4,096 ticks hold the wheel's time, if it is
- * occupied, else NULL. Its entries fire from where they are (wheel.c). */
+/* The first occupied run of the level-1 slot whose 4,096 ticks hold the
+ * wheel's time, or NULL. Its runs fire from where they are (wheel.c). */
 static inline wheel_node_t *wheel_current(const wheel_t *w) {
   unsigned index = wheel_slot_of(w->now, 1);
-  bool occupied = w->occupied[index / 64] & (uint64_t)1 << index % 64;
-  return occupied ? (wheel_node_t *)(uintptr_t)&w->slots[index] : NULL;
+  for (unsigned run = 0; run < WHEEL_RUNS; run++, index += 64)
+    if (wheel_occupied(w, index))
+      return (wheel_node_t *)(uintptr_t)&w->slots[index];
+  return NULL;
 }
 
-/* The first expired entry, or NULL: the earlier of the expired list's
- * first and the current slot's first if that is due. */
+/* The first expired entry, or NULL: the earliest of the expired list's
+ * first and the current slot's runs' firsts that are due. */
 static inline wheel_node_t *uvtw__wheel_first_expired(const wheel_t *w) {
-  wheel_node_t *node = w->expired.next;
-  const wheel_node_t *current = wheel_current(w);
-  if (current != NULL && current->next->deadline <= w->now &&
-      (node == &w->expired || wheel_before(current->next, node)))
-    return current->next;
-  return node == &w->expired ? NULL : node;
+  wheel_node_t *first = w->expired.next == &w->expired ? NULL : w->expired.next;
+  unsigned index = wheel_slot_of(w->now, 1);
+  for (unsigned run = 0; run < WHEEL_RUNS; run++, index += 64) {
+    wheel_node_t *node = w->slots[index].next;
+    if (wheel_occupied(w, index) && node->deadline <= w->now &&
+        (first == NULL || wheel_before(node, first)))
+      first = node;
+  }
+  return first;
 }
 
 /* Unlinks and returns the first expired entry, or NULL. */

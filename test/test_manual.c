@@ -300,18 +300,18 @@ static void test_manual_repeat(void) {
  * on level 1, any other on the level of the highest digit in which its
  * deadline and the wheel's time differ; when the wheel's time reaches the
  * start of its slot, it is filed again against that time: one move, which
- * may skip levels. A level-1 slot filed in deadline order is not moved: its
- * entries fire from it, or expire whole when all are due. A restart unlinks an entry and files
+ * may skip levels. A level-1 slot keeps up to four runs, each filed in
+ * deadline order, which are not moved: their entries fire from them, or
+ * expire whole when all are due. A restart unlinks an entry and files
  * it again, which is no cascade. The case first moves the clock to T0, a
  * multiple of 2^30, so that a deadline T0 + x (x < 2^30) differs from T0
  * in x's digits alone:
  *
  *   timer  deadline - T0               filed on       moves, at
  *   a      4095                        level 0        none
- *   b      4096                        level 1        to 0 at 4096
- *   c d e  5000, 5001, 8191            level 1        to 0 at 4096 (one slot,
- *                                                     unsorted by i)
- *   i      4200 (started at 4000)      level 1        to 0 at 4096
+ *   b      4096                        level 1        none: one run
+ *   c d e  5000, 5001, 8191            level 1        none: b's run
+ *   i      4200 (started at 4000)      level 1        none: a second run
  *   j      9000, stopped at 100        level 1        none
  *   k      2^18 = 262144               level 2        to 0 at 2^18
  *   f      2^18 + 7                    level 2        to 0 at 2^18 (skips 1)
@@ -324,10 +324,10 @@ static void test_manual_repeat(void) {
  *                                                     expires whole: the
  *                                                     clock jumps past it
  *
- * 11 moves in all; counting per slot instead of per entry gives 1 at 4096,
- * not 5. A level-1 slot filed in deadline order that is all due when the
- * wheel's time reaches it joins the expired list without a move; a slot of
- * level 2 and up always cascades. */
+ * 6 moves in all; counting per slot instead of per entry gives 1 at 2^18,
+ * not 4. A level-1 run that is all due when the wheel's time reaches it
+ * joins the expired list without a move; a slot of level 2 and up always
+ * cascades. */
 enum { CASCADE_ALIGN = 30 };
 
 /* The first deadline of levels 1, 2 and 3. */
@@ -383,26 +383,26 @@ static void test_manual_cascades(void) {
              "%s: a level-0 entry (4095) fires unmoved; a stopped one is never moved", T);
 
   uvtw_wheel_advance(f.wheel, 8191 - (CS_L1 - 1));
-  EXPECT_U64(fx_stats(f.wheel).cascaded, 5,
-             "%s: the five entries of one unsorted level-1 slot (4096 .. 8191) moved to level 0 "
-             "once each; the one restarted to level 2 is no cascade",
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 0,
+             "%s: the five entries of the level-1 slot of 4096 .. 8191 fired from its two runs, "
+             "unmoved; the one restarted to level 2 is no cascade",
              T);
   uvtw_wheel_advance(f.wheel, CS_L2 + 7 - 8191);
-  EXPECT_U64(fx_stats(f.wheel).cascaded, 9,
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 4,
              "%s: at 2^18 the four entries of a level-2 slot moved once each (two to level 0, "
              "skipping level 1; two to level 1)",
              T);
   uvtw_wheel_advance(f.wheel, 5 + 3 * CS_L1 - 7);
-  EXPECT_U64(fx_stats(f.wheel).cascaded, 9,
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 4,
              "%s: 2^18 + 12293 fired from its level-1 slot, after one move", T);
   uvtw_wheel_advance(f.wheel, 300100 - (CS_L2 + 3 * CS_L1 + 5));
-  EXPECT_U64(fx_stats(f.wheel).cascaded, 9,
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 4,
              "%s: the restarted entry fired from its level-1 slot, after one move", T);
   uvtw_wheel_advance(f.wheel, CS_L3 + 2 * CS_L2 + CS_L1 + 1 - 300100);
   EXPECT_U64(uvtw_wheel_now(f.wheel) - t0, CS_L3 + 2 * CS_L2 + CS_L1 + 1, "%s: (at T0 + 17305601)",
              T);
-  EXPECT_U64(fx_stats(f.wheel).cascaded, 11,
-             "%s: a level-3 entry reached in one jump moved to level 2, then 1: 11 moves in all",
+  EXPECT_U64(fx_stats(f.wheel).cascaded, 6,
+             "%s: a level-3 entry reached in one jump moved to level 2, then 1: 6 moves in all",
              T);
   uvtw_stats_t s = fx_stats(f.wheel);
   EXPECT_U64(s.fired, 11, "%s: every timer but the stopped one fired", T);

@@ -345,9 +345,19 @@ static void test_current_slot_merged(void) {
          "merged: 4800, the 5000s in start order across the two levels, then 6000");
 }
 
-/* Deadlines filed out of order in one level-1 slot mark it unsorted: it is
- * cascaded whole into level 0 when its first tick comes, and its entries
- * fire in deadline order, then start order. */
+/* The entries of a list. */
+static uint64_t list_length(const wheel_node_t *head) {
+  uint64_t length = 0;
+  for (const wheel_node_t *node = head->next; node != head; node = node->next)
+    length++;
+  return length;
+}
+
+/* Deadlines filed out of order in one level-1 slot: its first runs take
+ * the entries that extend them in firing order, the last run the rest,
+ * marked unsorted. When the slot's first tick comes, the last run alone is
+ * cascaded into level 0, and the entries fire in deadline order, then
+ * start order, from the runs and level 0 together. */
 static void test_unsorted_upper_slot(void) {
   enum { N = 1000 };
   static wheel_t w;
@@ -355,10 +365,14 @@ static void test_unsorted_upper_slot(void) {
   uvtw__wheel_init(&w, 0);
   for (unsigned i = 0; i < N; i++) /* 20 deadlines, filed in random order */
     uvtw__wheel_insert(&w, &e[i].node, 8192 + 100 + rng_below(20));
+  const wheel_node_t *last = &w.slots[wheel_slot_of(8192, 1) + 64 * (WHEEL_RUNS - 1)];
+  uint64_t in_last = list_length(last);
+  tap_ok(in_last > 0 && in_last < N - (WHEEL_RUNS - 1) && (w.unsorted[(size_t)(last - w.slots) / 64] >> (last - w.slots) % 64 & 1),
+         "unsorted: the last run holds what the others could not take, marked unsorted");
   uvtw__wheel_expire(&w, 8192);
   tap_ok(uvtw__wheel_pop_expired(&w) == NULL && uvtw__wheel_check(&w) == NULL,
          "unsorted: none is due at 8192; the checker accepts the wheel");
-  EXPECT_U64(w.cascaded, N, "unsorted: the slot was cascaded whole to level 0");
+  EXPECT_U64(w.cascaded, in_last, "unsorted: the last run, and only it, was cascaded to level 0");
   uvtw__wheel_expire(&w, 8192 + 200);
   wheel_node_t *prev = uvtw__wheel_pop_expired(&w), *node;
   unsigned fired = prev != NULL, in_order = fired;

@@ -90,9 +90,9 @@ void uvtw__wheel_init(wheel_t *w, uint64_t now) {
     list_init(&w->slots[index]);
 }
 
-/* Each run of level 1 is one word of the bitmaps. */
+/* Level 1's WHEEL_RUNS * 64 bits are as many words of the bitmaps. */
 #define LEVEL1_WORD (wheel_first_slot(1) / 64)
-_Static_assert(WHEEL_DIGIT_BITS == 6, "a level-1 run is one bitmap word");
+_Static_assert(WHEEL_DIGIT_BITS == 6, "level 1 is WHEEL_RUNS bitmap words");
 
 /* The first occupied slot among bitmap words [from, to), or UINT_MAX. */
 static unsigned first_in_words(const wheel_t *w, unsigned from, unsigned to) {
@@ -103,16 +103,21 @@ static unsigned first_in_words(const wheel_t *w, unsigned from, unsigned to) {
 }
 
 /* The first occupied slot of level 1 from the wheel's time on, around its
- * ring (the current slot first), and the first of the levels above, whose
- * slots are in time order; UINT_MAX where there is none. */
+ * ring (the current slot first): the first set bit of level 1's words from
+ * the current slot's on, wrapping, and the first of the levels above,
+ * whose slots are in time order; UINT_MAX where there is none. */
 static void first_upper(const wheel_t *w, unsigned *ring, unsigned *above) {
-  uint64_t bits = 0;
-  for (unsigned run = 0; run < WHEEL_RUNS; run++)
-    bits |= w->occupied[LEVEL1_WORD + run];
-  unsigned digit = (unsigned)(w->now >> WHEEL_LEVEL0_BITS) % 64;
-  uint64_t turned = digit == 0 ? bits : bits >> digit | bits << (64 - digit);
-  *ring = bits == 0 ? UINT_MAX
-                    : wheel_first_slot(1) + (digit + (unsigned)uvtw__lowest_bit(turned)) % 64;
+  unsigned from = wheel_slot_of(w->now, 1) - wheel_first_slot(1); /* a bit of level 1's */
+  *ring = UINT_MAX;
+  for (unsigned k = 0; k <= WHEEL_RUNS && *ring == UINT_MAX; k++) {
+    unsigned word = (from / 64 + k) % WHEEL_RUNS;
+    uint64_t bits = w->occupied[LEVEL1_WORD + word], from_on = UINT64_MAX << from % 64;
+    bits &= k == 0 ? from_on : k == WHEEL_RUNS ? ~from_on : UINT64_MAX;
+    if (bits != 0) {
+      unsigned bit = word * 64 + (unsigned)uvtw__lowest_bit(bits);
+      *ring = wheel_first_slot(1) + bit / WHEEL_RUNS * WHEEL_RUNS;
+    }
+  }
   *above = first_in_words(w, LEVEL1_WORD + WHEEL_RUNS, WHEEL_SLOT_COUNT / 64);
 }
 
@@ -187,14 +192,14 @@ static void take(wheel_t *w, unsigned index) {
  * list, and the others fire from where they are (the current slot). False
  * if nothing moved. */
 static bool expire_ring_slot(wheel_t *w, unsigned index, uint64_t now) {
-  unsigned last = index + 64 * (WHEEL_RUNS - 1);
+  unsigned last = index + WHEEL_RUNS - 1;
   if (wheel_occupied(w, last) && is_unsorted(w, last)) {
     take(w, last);
     cascade(w, &w->slots[last], 1);
     return true;
   }
   bool moved = false;
-  for (unsigned run = 0; run < WHEEL_RUNS; run++, index += 64)
+  for (unsigned run = 0; run < WHEEL_RUNS; run++, index++)
     if (wheel_occupied(w, index) && w->slots[index].prev->deadline <= now) {
       take(w, index);
       merge_expired(w, &w->slots[index]);
@@ -239,7 +244,7 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now) {
 static uint64_t slot_earliest(const wheel_t *w, unsigned index, bool exact) {
   unsigned runs = wheel_level_of_slot(index) == 1 ? WHEEL_RUNS : 1;
   uint64_t earliest = UINT64_MAX;
-  for (unsigned run = 0; run < runs; run++, index += 64) {
+  for (unsigned run = 0; run < runs; run++, index++) {
     const wheel_node_t *head = &w->slots[index];
     if (!wheel_occupied(w, index))
       continue;
@@ -311,9 +316,9 @@ static const char *check_slot(const wheel_t *w, unsigned index, uint64_t *count)
   INVARIANT((head->next != head) == wheel_occupied(w, index),
             "an occupancy bit disagrees with its slot");
   unsigned slot_level = wheel_level_of_slot(index), run = 0, named = index;
-  if (slot_level == 1) { /* the digit's slot is its first run's index */
-    run = (index - wheel_first_slot(1)) / 64;
-    named = index - 64 * run;
+  if (slot_level == 1) { /* the slot's index is its first run's */
+    run = (index - wheel_first_slot(1)) % WHEEL_RUNS;
+    named = index - run;
   }
   bool current = slot_level == 1 && named == wheel_slot_of(w->now, 1);
   bool unsorted = is_unsorted(w, index);

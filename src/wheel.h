@@ -15,8 +15,8 @@
 #define WHEEL_DIGIT_BITS 6   /* each upper level: one more 6-bit digit */
 #define WHEEL_LEVELS 10      /* 12 + 9 x 6 bits cover 64-bit times */
 #define WHEEL_RUNS 4         /* lists in each level-1 slot (see wheel.c) */
-/* Level 0's slots, level 1's runs (each run one row of 64), then the 64
- * slots of each level above. */
+/* Level 0's slots, level 1's (WHEEL_RUNS lists each), then the 64 of each
+ * level above. */
 #define WHEEL_SLOT_COUNT                                                                           \
   ((1u << WHEEL_LEVEL0_BITS) + (WHEEL_RUNS + WHEEL_LEVELS - 2) * (1u << WHEEL_DIGIT_BITS))
 
@@ -44,22 +44,22 @@ typedef struct wheel_s {
   /* A second walk along the expired list, from its tail towards the front
    * (see pop_expired): an entry of the list, or `expired` when none runs. */
   wheel_node_t *ahead;
-  /* Every slot in time order: level 0's, then each upper level's, level
-   * 1's as WHEEL_RUNS rows, one per run. Circular lists with the head as
-   * sentinel; a head's `deadline` is a lower bound of its entries'
+  /* Every slot in time order: level 0's, then each upper level's, a
+   * level-1 slot as WHEEL_RUNS neighbouring lists, its runs. Circular lists
+   * with the head as sentinel; a head's `deadline` is a lower bound of its entries'
    * deadlines, its `seq` an upper bound (exact until one is removed). */
   wheel_node_t slots[WHEEL_SLOT_COUNT];
 } wheel_t;
 
 /* A level's digit starts at bit wheel_shift(level) and ends below
- * wheel_shift(level + 1); its slots start at wheel_first_slot(level), level
- * 1's run r of a digit's slot WHEEL_RUNS rows of 64 on (r * 64 further). */
+ * wheel_shift(level + 1); its slots start at wheel_first_slot(level). On
+ * level 1 a slot's index is its first run's, run r at index + r. */
 static inline unsigned wheel_shift(unsigned level) {
   return level == 0 ? 0 : WHEEL_LEVEL0_BITS + WHEEL_DIGIT_BITS * (level - 1);
 }
 
 static inline unsigned wheel_first_slot(unsigned level) {
-  unsigned rows = level <= 1 ? 0 : WHEEL_RUNS + level - 2;
+  unsigned rows = level <= 1 ? 0 : WHEEL_RUNS + level - 2; /* rows of 64 lists */
   return level == 0 ? 0 : (1u << WHEEL_LEVEL0_BITS) + (rows << WHEEL_DIGIT_BITS);
 }
 
@@ -72,6 +72,12 @@ static inline unsigned wheel_level_of_slot(unsigned index) {
 
 static inline bool wheel_occupied(const wheel_t *w, unsigned index) {
   return w->occupied[index / 64] & (uint64_t)1 << index % 64;
+}
+
+/* The occupied runs of level-1 slot `index`: bit r for run r. */
+_Static_assert(64 % WHEEL_RUNS == 0, "a level-1 slot's runs share one bitmap word");
+static inline unsigned wheel_runs_occupied(const wheel_t *w, unsigned index) {
+  return (unsigned)(w->occupied[index / 64] >> index % 64) & ((1u << WHEEL_RUNS) - 1);
 }
 
 /* The level of the highest digit in which `deadline` and `now` differ. */
@@ -94,7 +100,7 @@ static inline unsigned wheel_level_of(uint64_t deadline, uint64_t now) {
 static inline unsigned wheel_slot_of(uint64_t deadline, unsigned level) {
   uint64_t digit = (deadline >> wheel_shift(level)) &
                    ((1u << (wheel_shift(level + 1) - wheel_shift(level))) - 1);
-  return wheel_first_slot(level) + (unsigned)digit;
+  return wheel_first_slot(level) + (unsigned)digit * (level == 1 ? WHEEL_RUNS : 1);
 }
 
 /* The first tick of slot `index` in the rotation of its level that holds
@@ -103,7 +109,8 @@ static inline uint64_t wheel_slot_start(uint64_t now, unsigned index) {
   unsigned level = wheel_level_of_slot(index);
   if (level == 1) { /* the ring: the block of the slot's digit at or after now's */
     uint64_t block = now >> WHEEL_LEVEL0_BITS;
-    uint64_t ahead = (index - wheel_first_slot(1) - block) & ((1u << WHEEL_DIGIT_BITS) - 1);
+    uint64_t digit = (index - wheel_first_slot(1)) / WHEEL_RUNS;
+    uint64_t ahead = (digit - block) & ((1u << WHEEL_DIGIT_BITS) - 1);
     return (block + ahead) << WHEEL_LEVEL0_BITS;
   }
   unsigned above = wheel_shift(level + 1);
@@ -142,12 +149,12 @@ static inline bool wheel_before(const wheel_node_t *a, const wheel_node_t *b) {
  * of order: false. Only heads are read, no entry's line. */
 static inline bool wheel_pick_run(const wheel_t *w, const wheel_node_t *node, unsigned *index,
                                   bool front) {
-  for (unsigned run = 0; run < WHEEL_RUNS; run++, *index += 64) {
+  for (unsigned run = 0; run < WHEEL_RUNS; run++, ++*index) {
     const wheel_node_t *head = &w->slots[*index];
     if (list_empty(head) || (front ? wheel_before(node, head->next) : node->deadline >= head->seq))
       return true;
   }
-  *index -= 64;
+  --*index;
   return false;
 }
 
@@ -241,11 +248,8 @@ void uvtw__wheel_expire(wheel_t *w, uint64_t now);
 /* The first occupied run of the level-1 slot whose 4,096 ticks hold the
  * wheel's time, or NULL. Its runs fire from where they are (wheel.c). */
 static inline wheel_node_t *wheel_current(const wheel_t *w) {
-  unsigned index = wheel_slot_of(w->now, 1);
-  for (unsigned run = 0; run < WHEEL_RUNS; run++, index += 64)
-    if (wheel_occupied(w, index))
-      return (wheel_node_t *)(uintptr_t)&w->slots[index];
-  return NULL;
+  unsigned index = wheel_slot_of(w->now, 1), runs = wheel_runs_occupied(w, index);
+  return runs == 0 ? NULL : (wheel_node_t *)(uintptr_t)&w->slots[index + uvtw__lowest_bit(runs)];
 }
 
 /* The first expired entry, or NULL: the earliest of the expired list's
@@ -253,10 +257,9 @@ static inline wheel_node_t *wheel_current(const wheel_t *w) {
 static inline wheel_node_t *uvtw__wheel_first_expired(const wheel_t *w) {
   wheel_node_t *first = w->expired.next == &w->expired ? NULL : w->expired.next;
   unsigned index = wheel_slot_of(w->now, 1);
-  for (unsigned run = 0; run < WHEEL_RUNS; run++, index += 64) {
-    wheel_node_t *node = w->slots[index].next;
-    if (wheel_occupied(w, index) && node->deadline <= w->now &&
-        (first == NULL || wheel_before(node, first)))
+  for (unsigned runs = wheel_runs_occupied(w, index); runs != 0; runs &= runs - 1) {
+    wheel_node_t *node = w->slots[index + (unsigned)uvtw__lowest_bit(runs)].next;
+    if (node->deadline <= w->now && (first == NULL || wheel_before(node, first)))
       first = node;
   }
   return first;

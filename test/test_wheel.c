@@ -299,7 +299,7 @@ static void test_current_slot(void) {
   uvtw__wheel_insert(&w, &b.node, 5000);
   uvtw__wheel_insert(&w, &c.node, 6000);
   uvtw__wheel_expire(&w, 4500);
-  tap_ok(uvtw__wheel_pop_expired(&w) == NULL && wheel_current(&w) == &w.slots[4096 + 1],
+  tap_ok(uvtw__wheel_pop_expired(&w) == NULL && wheel_current(&w) == &w.slots[wheel_slot_of(4096, 1)],
          "current: at 4500 nothing is due, and the slot of 4096 is the current slot");
   EXPECT_U64(w.cascaded, 0, "current: nothing moved to level 0");
   uvtw__wheel_insert(&w, &d.node, 5000); /* level 0, started after a and b */
@@ -365,7 +365,7 @@ static void test_unsorted_upper_slot(void) {
   uvtw__wheel_init(&w, 0);
   for (unsigned i = 0; i < N; i++) /* 20 deadlines, filed in random order */
     uvtw__wheel_insert(&w, &e[i].node, 8192 + 100 + rng_below(20));
-  const wheel_node_t *last = &w.slots[wheel_slot_of(8192, 1) + 64 * (WHEEL_RUNS - 1)];
+  const wheel_node_t *last = &w.slots[wheel_slot_of(8192, 1) + WHEEL_RUNS - 1];
   uint64_t in_last = list_length(last);
   tap_ok(in_last > 0 && in_last < N - (WHEEL_RUNS - 1) && (w.unsorted[(size_t)(last - w.slots) / 64] >> (last - w.slots) % 64 & 1),
          "unsorted: the last run holds what the others could not take, marked unsorted");
@@ -525,7 +525,15 @@ static void current_unsorted(wheel_t *w, entry_t *e) {
   uvtw__wheel_insert(w, &e[0].node, 5000);
   uvtw__wheel_insert(w, &e[1].node, 6000);
   uvtw__wheel_expire(w, 4500);
-  w->unsorted[(4096 + 1) / 64] |= (uint64_t)1 << (4096 + 1) % 64;
+  unsigned index = wheel_slot_of(4096, 1);
+  w->unsorted[index / 64] |= (uint64_t)1 << index % 64;
+}
+static void first_run_unsorted(wheel_t *w, entry_t *e) {
+  size_t index = (size_t)(slot_holding(w, &e[3]) - w->slots);
+  w->unsorted[index / 64] |= (uint64_t)1 << index % 64;
+}
+static void maximum_too_low(wheel_t *w, entry_t *e) {
+  slot_holding(w, &e[4])->seq = e[4].node.deadline - 1;
 }
 static void expired_out_of_start_order(wheel_t *w, entry_t *e) {
   (void)w;
@@ -578,6 +586,10 @@ static void test_checker(void) {
       {"an upper slot not marked unsorted out of deadline order", upper_out_of_order,
        "a level-0 slot, or one not marked unsorted, is out of firing order"},
       {"a current slot marked unsorted", current_unsorted, "the current slot is marked unsorted"},
+      {"a level-1 run other than the last marked unsorted", first_run_unsorted,
+       "a level-1 run other than the last is marked unsorted"},
+      {"a slot's maximum below its last deadline", maximum_too_low,
+       "a slot's maximum is below one of its deadlines"},
       {"expired entries with one deadline out of start order", expired_out_of_start_order,
        "expired entries are out of deadline and start order"},
       {"a deadline before the wheel's time", deadline_before_now,

@@ -382,6 +382,31 @@ static void test_unsorted_upper_slot(void) {
   EXPECT_U64(in_order, N, "unsorted: in deadline order, then start order");
 }
 
+/* A level-1 slot whose first run has emptied: reached, its unsorted last
+ * run is still the one cascaded, and the runs fire in firing order. */
+static void test_first_run_emptied(void) {
+  static wheel_t w;
+  entry_t a, b, c, d, e;
+  uvtw__wheel_init(&w, 0);
+  uvtw__wheel_insert(&w, &a.node, 9000); /* run 0 of the slot of 8192 */
+  uvtw__wheel_insert(&w, &b.node, 8500); /* run 1 */
+  uvtw__wheel_insert(&w, &c.node, 8400); /* run 2 */
+  uvtw__wheel_insert(&w, &d.node, 8300); /* run 3 */
+  uvtw__wheel_insert(&w, &e.node, 8200); /* run 3, out of order */
+  uvtw__wheel_remove(&w, &a.node);
+  uvtw__wheel_expire(&w, 8192);
+  tap_ok(uvtw__wheel_pop_expired(&w) == NULL && uvtw__wheel_check(&w) == NULL,
+         "first run emptied: none is due at 8192; the checker accepts the wheel");
+  EXPECT_U64(w.cascaded, 2, "first run emptied: the last run's two entries were cascaded");
+  uvtw__wheel_expire(&w, 9000);
+  wheel_node_t *order[5];
+  for (int i = 0; i < 5; i++)
+    order[i] = uvtw__wheel_pop_expired(&w);
+  tap_ok(order[0] == &e.node && order[1] == &d.node && order[2] == &c.node &&
+             order[3] == &b.node && order[4] == NULL,
+         "first run emptied: 8200, 8300, 8400, 8500");
+}
+
 /* The unsorted mark compares an entry with its slot's tail: an entry due
  * after the slot's first entry and before its last makes the slot
  * unsorted, and it fires between them. */
@@ -631,6 +656,7 @@ int main(int argc, char **argv) {
       TAP_CASE(current_slot),
       TAP_CASE(current_slot_merged),
       TAP_CASE(unsorted_upper_slot),
+      TAP_CASE(first_run_emptied),
       TAP_CASE(filed_between),
       TAP_CASE(saturated),
       TAP_CASE(remove_clears),

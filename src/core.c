@@ -206,12 +206,14 @@ void uvtw__entry_add(uvtw_wheel_t *w, uvtw_timer_t *entry, uint64_t deadline) {
 
 void uvtw__fire_expired(uvtw_wheel_t *w) {
   wheel_node_t *node;
-  while ((node = uvtw__wheel_pop_expired(&w->wheel)) != NULL) {
-    /* While this callback runs, the entry after next is fetched (both its
-     * lines, if it straddles two), and the next entry's `data` (a task's
-     * argument), which its callback most likely reads first. */
-    wheel_node_t *next = uvtw__wheel_first_expired(&w->wheel);
-    if (next != NULL) {
+  while ((node = uvtw__wheel_first_expired(&w->wheel)) != NULL) {
+    /* While this callback runs, the entry after next in the entry's list,
+     * which most likely fires after next, is fetched (both its lines, if it
+     * straddles two), and the next entry's `data` (a task's argument),
+     * which its callback most likely reads first. */
+    wheel_node_t *next = node->next;
+    uvtw__wheel_pop(&w->wheel, node);
+    if (!wheel_is_head(&w->wheel, next)) {
       UVTW_PREFETCH(next->next);
       UVTW_PREFETCH((char *)next->next + 64);
       UVTW_PREFETCH(container_of(next, uvtw_timer_t, node_)->data);

@@ -265,11 +265,8 @@ static inline wheel_node_t *uvtw__wheel_first_expired(const wheel_t *w) {
   return first;
 }
 
-/* Unlinks and returns the first expired entry, or NULL. */
-static inline wheel_node_t *uvtw__wheel_pop_expired(wheel_t *w) {
-  wheel_node_t *node = uvtw__wheel_first_expired(w);
-  if (node == NULL)
-    return NULL;
+/* Unlinks `node`, the first expired entry (uvtw__wheel_first_expired). */
+static inline void uvtw__wheel_pop(wheel_t *w, wheel_node_t *node) {
   /* Reaching an entry of the expired list is a cache miss that waits for
    * the one before, so a second walk loads the list from its tail, one
    * entry a pop, until it reaches the entry popped: two misses in flight
@@ -277,7 +274,19 @@ static inline wheel_node_t *uvtw__wheel_pop_expired(wheel_t *w) {
   if (node == w->expired.next && w->ahead != &w->expired)
     w->ahead = w->ahead->prev;
   uvtw__wheel_remove(w, node);
+}
+
+/* Unlinks and returns the first expired entry, or NULL. */
+static inline wheel_node_t *uvtw__wheel_pop_expired(wheel_t *w) {
+  wheel_node_t *node = uvtw__wheel_first_expired(w);
+  if (node != NULL)
+    uvtw__wheel_pop(w, node);
   return node;
+}
+
+/* Whether `node` is one of the wheel's list heads, not an entry. */
+static inline bool wheel_is_head(const wheel_t *w, const wheel_node_t *node) {
+  return (uintptr_t)node - (uintptr_t)w < sizeof *w;
 }
 
 /* A lower bound of the earliest pending deadline, exact unless an entry was

@@ -181,10 +181,12 @@ static void cascade(wheel_t *w, wheel_node_t *head, unsigned level) {
   }
 }
 
-/* Clears the bits of slot `index`, whose entries are being moved out. */
+/* Clears the bits and the maximum of slot `index`, whose entries are being
+ * moved out. */
 static void take(wheel_t *w, unsigned index) {
   w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
   w->unsorted[index / 64] &= ~((uint64_t)1 << index % 64);
+  w->slots[index].seq = 0;
 }
 
 /* Level 1's slot `index` (its first run's), reached: its unsorted run is
@@ -360,6 +362,7 @@ const char *uvtw__wheel_check(const wheel_t *w) {
     const wheel_node_t *head = &w->slots[index];
     bool empty_and_clear = head->next == head && head->prev == head &&
                            !(w->occupied[index / 64] & ((uint64_t)1 << index % 64));
+    INVARIANT(!empty_and_clear || head->seq == 0, "an empty slot's maximum is not 0");
     if (!empty_and_clear && (error = check_slot(w, index, &count)) != NULL)
       return error;
   }

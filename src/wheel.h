@@ -46,8 +46,9 @@ typedef struct wheel_s {
   wheel_node_t *ahead;
   /* Every slot in time order: level 0's, then each upper level's, a
    * level-1 slot as WHEEL_RUNS neighbouring lists, its runs. Circular lists
-   * with the head as sentinel; a head's `deadline` is a lower bound of its entries'
-   * deadlines, its `seq` an upper bound (exact until one is removed). */
+   * with the head as sentinel; a head's `deadline` is a lower bound of its
+   * entries' deadlines, its `seq` an upper bound (exact until one is
+   * removed), 0 while the list is empty. */
   wheel_node_t slots[WHEEL_SLOT_COUNT];
 } wheel_t;
 
@@ -143,15 +144,16 @@ static inline bool wheel_before(const wheel_node_t *a, const wheel_node_t *b) {
 }
 
 /* Level 1: the first run of slot `index` (its first run's) that `node`
- * extends in firing order: an empty one, or, at the tail, one due no later
- * than the node (an entry appended to level 1 is the newest: wheel_start),
- * or, at the head, one whose first is due after it. Else the last run, out
- * of order: false. Only heads are read, no entry's line. */
+ * extends in firing order: at the tail, one whose entries are due no later
+ * than the node (an empty one's maximum is 0; an entry appended to level 1
+ * is the newest: wheel_start), at the head, an empty one or one whose
+ * first is due after it. Else the last run, out of order: false. Only
+ * heads are read, no entry's line. */
 static inline bool wheel_pick_run(const wheel_t *w, const wheel_node_t *node, unsigned *index,
                                   bool front) {
   for (unsigned run = 0; run < WHEEL_RUNS; run++, ++*index) {
     const wheel_node_t *head = &w->slots[*index];
-    if (list_empty(head) || (front ? wheel_before(node, head->next) : node->deadline >= head->seq))
+    if (front ? list_empty(head) || wheel_before(node, head->next) : node->deadline >= head->seq)
       return true;
   }
   --*index;
@@ -223,6 +225,7 @@ static inline void wheel_unlink(wheel_t *w, wheel_node_t *node) {
   if (prev == next && prev != &w->expired) {
     size_t index = (size_t)(prev - w->slots);
     w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
+    prev->seq = 0;
   }
 }
 

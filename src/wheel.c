@@ -9,7 +9,7 @@
  *
  *   level  slots  slot width   a level spans   (1 tick = 1 ms by default)
  *   0      4096   1            4,096           ~4 s, exact deadlines
- *   1      64     4,096        262,144         ~4.4 min
+ *   1      64     4,096        262,144         ~4.4 min, four runs a slot
  *   2      64     262,144      16,777,216      ~4.7 h
  *   ...
  *   9      64     2^60         2^64            all of uint64_t
@@ -27,43 +27,49 @@
  * occupied, and they are in time order, each level after the one below.
  * An entry on level 2 and up stays there until the wheel's time reaches
  * its slot, even once it is due within 63 blocks, so its slot may start
- * before a level-1 slot holding later entries. The slots are one array
- * (level 0's, then each upper level's) with one bitmap over it, level 1's
- * being one word: the slot to expire next is level 0's first occupied
- * one, else the earlier start of the ring's first occupied slot from now's
- * digit on and the first occupied slot above (first_occupied).
+ * before a level-1 slot holding later entries. The lists are one array
+ * (level 0's, level 1's runs, then each upper level's) with one bitmap
+ * over it: the slot to expire next is level 0's first occupied one, else
+ * the earlier start of the ring's first occupied slot from now's digit on
+ * and the first occupied slot above (first_occupied).
  *
- * Every slot is a list in firing order, (deadline, start order `seq`),
- * unless it is marked unsorted. Entries are appended at a slot's tail (a
- * cascade's from level 2 and up go in at the head, below): an entry due
- * before the tail (timeouts of different lengths meeting in one upper
- * slot) marks the slot unsorted. A level-0 slot is always in order:
- * its entries share a deadline and are appended as they start, or cascade
- * into it, in their upper slot's order, before its 4,096 ticks begin.
+ * Every list is in firing order, (deadline, start order `seq`), unless it
+ * is marked unsorted. Entries are appended at a list's tail (a cascade's
+ * from level 2 and up go in at the head, below). On level 0 and levels 2
+ * and up an entry due before the tail marks the slot unsorted. A level-0
+ * slot is always in order: its entries share a deadline and are appended
+ * as they start, or cascade into it, in their upper slot's order, before
+ * its 4,096 ticks begin.
+ *
+ * A level-1 slot is four lists, its runs, as a server files timeouts of
+ * several lengths into it: the 30 s ones, then the 10 s ones due among
+ * them, then the 5 s ones, each length in order. An entry joins the first
+ * run it extends in firing order (wheel_pick_run, reading run heads only);
+ * the last run takes what none does and is then marked unsorted.
  *
  * uvtw__wheel_expire(now) repeatedly takes that earliest slot while it
  * starts at or before `now` and moves the wheel's time to the slot's start.
  *   - Level 0: its entries, all due at that tick, join the expired list.
- *   - A sorted level-1 slot becomes the current slot: the one whose 4,096
- *     ticks hold the wheel's time. Its entries fire from where they are:
- *     uvtw__wheel_pop_expired takes the earlier of the expired list's first
- *     entry and the current slot's first if that is due. No pass walks the
- *     slot, so the pass that reaches a level-1 slot of 10^6 idle timeouts
- *     costs what its due entries cost. Once the whole slot is due, it is
- *     merged into the expired list.
- *   - Any other upper slot (unsorted, or level 2 and up) is cascaded: its
- *     entries are filed again against the new time, each on a lower level,
- *     in start order. Entries from level 2 and up go in at the head of
- *     their new slots, whose other entries were filed later; entries from
- *     level 1 at the tail of level-0 slots, whose entries are older. A
- *     slot sorted stays sorted.
+ *   - Level 1: an unsorted last run is cascaded (below), and level 0 goes
+ *     first again. Else the slot becomes the current slot, the one whose
+ *     4,096 ticks hold the wheel's time, and its runs fire from where they
+ *     are: uvtw__wheel_pop_expired takes the earliest of the expired
+ *     list's first entry and the runs' firsts that are due. No pass walks
+ *     the slot, so the pass that reaches a level-1 slot of 10^6 idle
+ *     timeouts costs what its due entries cost. A run all due is merged
+ *     into the expired list.
+ *   - Level 2 and up: the slot is cascaded: its entries are filed again
+ *     against the new time, each on a lower level, in start order. Entries
+ *     from level 2 and up go in at the head of their new lists, whose other
+ *     entries were filed later; entries from level 1 at the tail of level-0
+ *     slots, whose entries are older. A list sorted stays sorted.
  * Entries never expire before their deadline and a cascade keeps the exact
  * deadline.
  *
  * A restart unlinks the entry and files it again, so every entry is in the
- * slot its deadline names. Each slot head remembers the smallest deadline
- * filed in it; a removal can leave that value too low (a lower bound),
- * never too high; a sorted slot's earliest is its first entry's.
+ * slot its deadline names. Each list head remembers the smallest and the
+ * largest deadline filed in it; a removal can leave them too low and too
+ * high (bounds); a sorted list's earliest is its first entry's.
  */
 #include "wheel.h"
 

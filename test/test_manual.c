@@ -402,8 +402,7 @@ static void test_manual_cascades(void) {
   EXPECT_U64(uvtw_wheel_now(f.wheel) - t0, CS_L3 + 2 * CS_L2 + CS_L1 + 1, "%s: (at T0 + 17305601)",
              T);
   EXPECT_U64(fx_stats(f.wheel).cascaded, 6,
-             "%s: a level-3 entry reached in one jump moved to level 2, then 1: 6 moves in all",
-             T);
+             "%s: a level-3 entry reached in one jump moved to level 2, then 1: 6 moves in all", T);
   uvtw_stats_t s = fx_stats(f.wheel);
   EXPECT_U64(s.fired, 11, "%s: every timer but the stopped one fired", T);
   EXPECT_U64(s.active, 0, "%s: nothing is left pending", T);

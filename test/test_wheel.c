@@ -299,7 +299,8 @@ static void test_current_slot(void) {
   uvtw__wheel_insert(&w, &b.node, 5000);
   uvtw__wheel_insert(&w, &c.node, 6000);
   uvtw__wheel_expire(&w, 4500);
-  tap_ok(uvtw__wheel_pop_expired(&w) == NULL && wheel_current(&w) == &w.slots[wheel_slot_of(4096, 1)],
+  tap_ok(uvtw__wheel_pop_expired(&w) == NULL &&
+             wheel_current(&w) == &w.slots[wheel_slot_of(4096, 1)],
          "current: at 4500 nothing is due, and the slot of 4096 is the current slot");
   EXPECT_U64(w.cascaded, 0, "current: nothing moved to level 0");
   uvtw__wheel_insert(&w, &d.node, 5000); /* level 0, started after a and b */
@@ -367,7 +368,9 @@ static void test_unsorted_upper_slot(void) {
     uvtw__wheel_insert(&w, &e[i].node, 8192 + 100 + rng_below(20));
   const wheel_node_t *last = &w.slots[wheel_slot_of(8192, 1) + WHEEL_RUNS - 1];
   uint64_t in_last = list_length(last);
-  tap_ok(in_last > 0 && in_last < N - (WHEEL_RUNS - 1) && (w.unsorted[(size_t)(last - w.slots) / 64] >> (last - w.slots) % 64 & 1),
+  size_t index = (size_t)(last - w.slots);
+  bool marked = w.unsorted[index / 64] >> index % 64 & 1;
+  tap_ok(in_last > 0 && in_last < N - (WHEEL_RUNS - 1) && marked,
          "unsorted: the last run holds what the others could not take, marked unsorted");
   uvtw__wheel_expire(&w, 8192);
   tap_ok(uvtw__wheel_pop_expired(&w) == NULL && uvtw__wheel_check(&w) == NULL,
@@ -402,8 +405,8 @@ static void test_first_run_emptied(void) {
   wheel_node_t *order[5];
   for (int i = 0; i < 5; i++)
     order[i] = uvtw__wheel_pop_expired(&w);
-  tap_ok(order[0] == &e.node && order[1] == &d.node && order[2] == &c.node &&
-             order[3] == &b.node && order[4] == NULL,
+  tap_ok(order[0] == &e.node && order[1] == &d.node && order[2] == &c.node && order[3] == &b.node &&
+             order[4] == NULL,
          "first run emptied: 8200, 8300, 8400, 8500");
 }
 

@@ -7,17 +7,19 @@
  * t + 25 s fall due in the same 4,096 ms. This runs that on a manual
  * clock, which only uvtw has, so no other backend runs here.
  *
- * N connections, each with one pending timeout of 5, 10 or 30 s. Every
+ * N connections, each with one pending timeout of 5, 10 or 30 s (or of
+ * the lengths --timeouts lists, in seconds, up to 8 of them). Every
  * millisecond R random connections see activity (a restart with their own
  * timeout), then the clock moves 1 ms and the pass runs; a connection that
  * fires is replaced by a new one with a random timeout. The first 40 s
- * fill the wheel (every timeout started at a random time); the following
+ * (or the longest timeout and 10 s) fill the wheel (every timeout started at a random time); the
+ * following
  * --seconds are timed, one clock read before and after each
  * uvtw_wheel_advance. The wheel's clock is set so that the 30th timed
  * second starts a 262,144 ms block. A pass's time includes its callbacks: each restarts
  * one timer.
  *
- *   bench_steady [--n N] [--restarts-per-ms R] [--seconds S] [--quick]
+ *   bench_steady [--n N] [--restarts-per-ms R] [--seconds S] [--timeouts LIST] [--quick]
  *
  * Prints the distribution of the passes' times, and the passes that took
  * over 1 ms with where they fell: at the start of a 4,096 ms block (a
@@ -32,7 +34,9 @@
 
 #include "uvtw.h"
 
-static const uint64_t timeout_ms[3] = {5000, 10000, 30000};
+enum { MAX_LENGTHS = 8 };
+static uint64_t timeout_ms[MAX_LENGTHS] = {5000, 10000, 30000};
+static unsigned lengths = 3;
 static uvtw_timer_t *timers;
 static unsigned char *length; /* each connection's timeout: an index in timeout_ms */
 static uint64_t rng = 0x9e3779b97f4a7c15u;
@@ -48,8 +52,25 @@ static uint64_t next_random(void) { /* xorshift64 */
 static void on_timeout(uvtw_timer_t *timer) { /* a new connection in its place */
   size_t i = (size_t)(timer - timers);
   fired++;
-  length[i] = (unsigned char)(next_random() % 3);
+  length[i] = (unsigned char)(next_random() % lengths);
   uvtw_timer_start(timer, on_timeout, timeout_ms[length[i]], 0);
+}
+
+/* --timeouts: seconds, comma-separated, 1 to MAX_LENGTHS of them. */
+static bool parse_lengths(const char *list) {
+  unsigned count = 0;
+  for (const char *at = list; *at != '\0'; count++) {
+    char *end;
+    if (count == MAX_LENGTHS)
+      return false;
+    double seconds = strtod(at, &end);
+    if (end == at || seconds < 0.001 || (*end != ',' && *end != '\0'))
+      return false;
+    timeout_ms[count] = (uint64_t)(seconds * 1000);
+    at = end + (*end == ',');
+  }
+  lengths = count;
+  return count > 0;
 }
 
 static double now_ms(void) {
@@ -75,8 +96,13 @@ int main(int argc, char **argv) {
       restarts = (size_t)strtod(argv[++a], NULL);
     } else if (a + 1 < argc && !strcmp(argv[a], "--seconds")) {
       seconds = (size_t)strtod(argv[++a], NULL);
+    } else if (a + 1 < argc && !strcmp(argv[a], "--timeouts") && parse_lengths(argv[++a])) {
+      continue;
     } else {
-      fprintf(stderr, "usage: %s [--n N] [--restarts-per-ms R] [--seconds S] [--quick]\n", argv[0]);
+      fprintf(stderr,
+              "usage: %s [--n N] [--restarts-per-ms R] [--seconds S] [--timeouts S,S,...] "
+              "[--quick]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -88,6 +114,8 @@ int main(int argc, char **argv) {
   uvtw_wheel_t *wheel;
   uvtw_options_t options = {.manual_clock = 1};
   size_t warmup = 40000, steps = seconds * 1000;
+  for (unsigned l = 0; l < lengths; l++)
+    warmup = timeout_ms[l] + 10000 > warmup ? timeout_ms[l] + 10000 : warmup;
   timers = malloc(n * sizeof *timers);
   length = malloc(n);
   double *pass = malloc(steps * sizeof *pass);
@@ -98,7 +126,7 @@ int main(int argc, char **argv) {
   uint64_t level2_at = uvtw_wheel_now(wheel) + warmup + 30000;
   uvtw_wheel_advance(wheel, (262144 - level2_at % 262144) % 262144);
   for (size_t i = 0; i < n; i++) {
-    length[i] = (unsigned char)(next_random() % 3);
+    length[i] = (unsigned char)(next_random() % lengths);
     uvtw_timer_init(wheel, &timers[i]);
     uvtw_timer_start(&timers[i], on_timeout, 1 + next_random() % timeout_ms[length[i]], 0);
   }
@@ -125,9 +153,11 @@ int main(int argc, char **argv) {
     slowest = took > slowest ? took : slowest;
   }
   qsort(pass, steps, sizeof *pass, by_value);
-  printf("bench_steady: N = %zu connections (timeouts 5, 10, 30 s), %zu restarts a ms, %zu s "
-         "timed after 40 s, %zu fired\n",
-         n, restarts, seconds, fired);
+  printf("bench_steady: N = %zu connections (timeouts", n);
+  for (unsigned l = 0; l < lengths; l++)
+    printf("%s %g", l == 0 ? "" : ",", (double)timeout_ms[l] / 1000);
+  printf(" s), %zu restarts a ms, %zu s timed after %zu s, %zu fired\n", restarts, seconds,
+         warmup / 1000, fired);
   printf("pass, ms: p50 %.3f  p99 %.3f  p99.9 %.3f  max %.3f\n", pass[steps / 2],
          pass[steps * 99 / 100], pass[steps * 999 / 1000], slowest);
   printf("passes over 1 ms: %zu, of which %zu at the start of a 4,096 ms block (the longest "

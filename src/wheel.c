@@ -148,21 +148,23 @@ static bool is_unsorted(const wheel_t *w, unsigned index) {
   return w->unsorted[index / 64] & (uint64_t)1 << index % 64;
 }
 
-/* Moves the entries of a sorted slot into the expired list, merged in
- * firing order. */
+/* Moves the entries of a sorted list into the expired list, merged in
+ * firing order, from the back: the expired list holds mostly earlier
+ * entries (a slot's other runs, slots reached before), so the walk is
+ * short. */
 static void merge_expired(wheel_t *w, wheel_node_t *head) {
   if (list_empty(&w->expired) || wheel_before(w->expired.prev, head->next)) {
     list_splice(&w->expired, head);
     return;
   }
-  wheel_node_t *at = w->expired.next;
+  wheel_node_t *at = w->expired.prev;
   while (!list_empty(head)) {
-    wheel_node_t *node = head->next;
-    while (at != &w->expired && !wheel_before(node, at))
-      at = at->next;
-    head->next = node->next;
-    node->next->prev = head;
-    list_append(at, node); /* before `at` */
+    wheel_node_t *node = head->prev;
+    while (at != &w->expired && wheel_before(node, at))
+      at = at->prev;
+    head->prev = node->prev;
+    node->prev->next = head;
+    list_append(at->next, node); /* after `at` */
   }
 }
 

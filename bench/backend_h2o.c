@@ -99,7 +99,7 @@ size_t backend_timer_bytes(const char **note) {
 }
 
 int backend_timers_alloc(size_t n) {
-  timers = malloc(n * sizeof *timers);
+  timers = bench_timers_memory(n * sizeof *timers);
   n_timers = n;
   return timers ? 0 : -1;
 }

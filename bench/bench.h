@@ -44,7 +44,8 @@ const char *backend_version(void);
 size_t backend_timer_bytes(const char **note);
 
 /* Allocates room for n timers without touching it (million_timers counts the
- * page faults in its init phase, as libuv's benchmark does). 0 on success. */
+ * page faults in its init phase, as libuv's benchmark does), with
+ * bench_timers_memory. 0 on success. */
 int backend_timers_alloc(size_t n);
 /* Initializes timer i (inactive). */
 void backend_timer_init(size_t i);
@@ -100,5 +101,12 @@ int backend_wheel_stats(bench_wheel_stats_t *out);
 /* Called by the backend from timer i's callback, with its note (0 if none
  * was set). */
 extern void (*bench_fired)(size_t i, uint32_t note);
+
+/* `size` bytes starting on a cache line (64 bytes), or NULL; free() frees
+ * them. Every backend keeps its timers there, as a server that cares about
+ * misses lays out its connections: an object of up to 64 bytes then spans
+ * one line when its size divides 64, and the backends compare by what they
+ * touch, not by where malloc happened to put the array (bench/README.md). */
+void *bench_timers_memory(size_t size);
 
 #endif /* BENCH_H */

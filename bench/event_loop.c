@@ -95,7 +95,7 @@ int backend_wheel_stats(bench_wheel_stats_t *out) {
 struct event *bench_timers;
 
 int backend_timers_alloc(size_t n) {
-  bench_timers = malloc(n * sizeof *bench_timers);
+  bench_timers = bench_timers_memory(n * sizeof *bench_timers);
   return bench_timers ? 0 : -1;
 }
 

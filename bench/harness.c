@@ -105,6 +105,11 @@ void *xmalloc(size_t size) {
   return p;
 }
 
+void *bench_timers_memory(size_t size) {
+  void *p = NULL;
+  return posix_memalign(&p, 64, size ? size : 1) == 0 ? p : NULL;
+}
+
 void record(const char *workload, size_t n, const char *metric, double value) {
   printf("R %s %s %zu %s %.6g\n", backend_name, workload, n, metric, value);
   fflush(stdout);

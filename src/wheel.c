@@ -192,9 +192,8 @@ static void cascade(wheel_t *w, wheel_node_t *head, unsigned level) {
 /* Clears the bits and the maximum of slot `index`, whose entries are being
  * moved out. */
 static void take(wheel_t *w, unsigned index) {
-  w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
+  wheel_emptied(w, &w->slots[index]);
   w->unsorted[index / 64] &= ~((uint64_t)1 << index % 64);
-  w->slots[index].seq = 0;
 }
 
 /* Level 1's slot `index` (its first run's), reached: its unsorted run is
@@ -368,8 +367,7 @@ const char *uvtw__wheel_check(const wheel_t *w) {
   }
   for (unsigned index = 0; index < WHEEL_SLOT_COUNT; index++) {
     const wheel_node_t *head = &w->slots[index];
-    bool empty_and_clear = head->next == head && head->prev == head &&
-                           !(w->occupied[index / 64] & ((uint64_t)1 << index % 64));
+    bool empty_and_clear = head->next == head && head->prev == head && !wheel_occupied(w, index);
     INVARIANT(!empty_and_clear || head->seq == 0, "an empty slot's maximum is not 0");
     if (!empty_and_clear && (error = check_slot(w, index, &count)) != NULL)
       return error;

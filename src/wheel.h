@@ -205,6 +205,14 @@ static inline void uvtw__wheel_insert(wheel_t *w, wheel_node_t *node, uint64_t d
   w->count++;
 }
 
+/* The slot whose list head is `head` has become empty: its bit and its
+ * maximum are cleared (its unsorted mark goes when it is filed again). */
+static inline void wheel_emptied(wheel_t *w, wheel_node_t *head) {
+  size_t index = (size_t)(head - w->slots);
+  w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
+  head->seq = 0;
+}
+
 /* Takes a linked node out of its list, leaving its links as they were. The
  * checks build first sees that its neighbours link to it: an entry
  * initialised again while linked (a uvtw_timer_t reused without a stop)
@@ -221,12 +229,9 @@ static inline void wheel_unlink(wheel_t *w, wheel_node_t *node) {
   if (node == w->ahead)
     w->ahead = prev;
   /* Both neighbours are the same node only if it is a list head and the
-   * list is now empty; if that head is a slot's, clear its bit. */
-  if (prev == next && prev != &w->expired) {
-    size_t index = (size_t)(prev - w->slots);
-    w->occupied[index / 64] &= ~((uint64_t)1 << index % 64);
-    prev->seq = 0;
-  }
+   * list is now empty. */
+  if (prev == next && prev != &w->expired)
+    wheel_emptied(w, prev);
 }
 
 /* Unlinks a linked node from its slot or from the expired list. */

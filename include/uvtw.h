@@ -162,7 +162,9 @@ typedef struct uvtw_stats_s {
 
 /* A loop-thread timer, allocated by the caller (embed it anywhere). Only
  * `data` is for the caller; the other fields are private. 64 bytes on 64-bit
- * targets (a uv_timer_t is 152). An inactive timer holds nothing: its memory
+ * targets (a uv_timer_t is 152): one cache line if it starts on a 64-byte
+ * boundary, else two, and a restart or a fire touches both
+ * (README, "Performance"). An inactive timer holds nothing: its memory
  * may be freed or reused at any time, inside its own callback too (a
  * timeout that frees the connection embedding its timer): the library
  * touches a timer after its callback returns only if the callback started

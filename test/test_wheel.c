@@ -235,6 +235,15 @@ static void test_model(void) {
 
 /* ---- targeted cases ------------------------------------------------------ */
 
+/* Pops the expired entries: true if they are `want[0..n)`, in that order,
+ * and nothing after them. */
+static bool pops_are(wheel_t *w, wheel_node_t *const *want, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (uvtw__wheel_pop_expired(w) != want[i])
+      return false;
+  return uvtw__wheel_pop_expired(w) == NULL;
+}
+
 static void test_fifo_across_levels(void) {
   static wheel_t w;
   entry_t e[4];
@@ -307,11 +316,7 @@ static void test_current_slot(void) {
   uvtw__wheel_insert(&w, &e.node, 4800); /* level 0 */
   EXPECT_U64(uvtw__wheel_next_deadline(&w), 4800, "current: the next deadline is level 0's");
   uvtw__wheel_expire(&w, 5000);
-  wheel_node_t *order[5];
-  for (int i = 0; i < 5; i++)
-    order[i] = uvtw__wheel_pop_expired(&w);
-  tap_ok(order[0] == &e.node && order[1] == &a.node && order[2] == &b.node && order[3] == &d.node &&
-             order[4] == NULL,
+  tap_ok(pops_are(&w, (wheel_node_t *[]){&e.node, &a.node, &b.node, &d.node}, 4),
          "current: at 5000, 4800 first, then the 5000s in start order across the two levels");
   EXPECT_U64(uvtw__wheel_next_deadline(&w), 6000, "current: then the current slot's next entry");
   EXPECT_U64(uvtw__wheel_next_deadline_exact(&w), 6000, "current: exactly");
@@ -402,11 +407,7 @@ static void test_first_run_emptied(void) {
          "first run emptied: none is due at 8192; the checker accepts the wheel");
   EXPECT_U64(w.cascaded, 2, "first run emptied: the last run's two entries were cascaded");
   uvtw__wheel_expire(&w, 9000);
-  wheel_node_t *order[5];
-  for (int i = 0; i < 5; i++)
-    order[i] = uvtw__wheel_pop_expired(&w);
-  tap_ok(order[0] == &e.node && order[1] == &d.node && order[2] == &c.node && order[3] == &b.node &&
-             order[4] == NULL,
+  tap_ok(pops_are(&w, (wheel_node_t *[]){&e.node, &d.node, &c.node, &b.node}, 4),
          "first run emptied: 8200, 8300, 8400, 8500");
 }
 

@@ -12,12 +12,11 @@
  * millisecond R random connections see activity (a restart with their own
  * timeout), then the clock moves 1 ms and the pass runs; a connection that
  * fires is replaced by a new one with a random timeout. The first 40 s
- * (or the longest timeout and 10 s) fill the wheel (every timeout started at a random time); the
- * following
- * --seconds are timed, one clock read before and after each
- * uvtw_wheel_advance. The wheel's clock is set so that the 30th timed
- * second starts a 262,144 ms block. A pass's time includes its callbacks: each restarts
- * one timer.
+ * (or the longest timeout and 10 s) fill the wheel (every timeout started
+ * at a random time); the following --seconds are timed, one clock read
+ * before and after each uvtw_wheel_advance. The wheel's clock is set so
+ * that the 30th timed second starts a 262,144 ms block. A pass's time
+ * includes its callbacks: each restarts one timer.
  *
  *   bench_steady [--n N] [--restarts-per-ms R] [--seconds S] [--timeouts LIST] [--quick]
  *
